@@ -1,0 +1,63 @@
+// Package endpoints owns the endpoint file: the small JSON document a running
+// tier publishes in a shared directory so that the controller can route to it.
+// It holds the format (this file), reading and strict validation of files that
+// jobs wrote (untrusted input), atomic writing, and rendering of nginx upstreams.
+package endpoints
+
+import "time"
+
+// SchemaVersion is the version of the endpoint file format written by this
+// build. Readers reject files of any other version. Bump it on any change that
+// an older reader would misread; document the change in FORMAT.md.
+const SchemaVersion = 1
+
+// State is where a published tier is in its life. The zero value is invalid.
+type State string
+
+// The states a tier's endpoint goes through: starting → ready → draining → (file removed).
+const (
+	// StateStarting: processes are being started or restarted; do not route.
+	StateStarting State = "starting"
+	// StateReady: the head answers /health with 200; route to it.
+	StateReady State = "ready"
+	// StateDraining: the tier is stopping (preemption, cancel, time limit);
+	// stop routing new requests at once, in-flight requests finish.
+	StateDraining State = "draining"
+)
+
+// Endpoint is the content of one endpoint file, <dir>/<tier>-<job id>.json.
+// The zero value is not a valid endpoint.
+type Endpoint struct {
+	// Schema is the format version; SchemaVersion when written by this build.
+	Schema int `json:"schema"`
+	// Tier names the inference tier ("fast", "reasoning"): [a-z0-9_-], 1–32 chars.
+	Tier string `json:"tier"`
+	// JobID is the Slurm job id (digits; array jobs as "123_4").
+	JobID string `json:"job_id"`
+	// RestartCount is SLURM_RESTART_COUNT of the run that wrote the file (0 on the first run).
+	// For one tier and job, the highest restart count wins.
+	RestartCount int `json:"restart_count"`
+	// Host and Port are where clients (nginx) reach the tier's head.
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// State is the tier's state; only StateReady is routed.
+	State State `json:"state"`
+	// Reason says, for people, why the tier is in its state ("worker node2 exited", "preempted").
+	Reason string `json:"reason,omitempty"`
+	// Models lists the model names the head serves, from its /v1/models.
+	Models []string `json:"models"`
+	// Node is the Slurm node the head runs on.
+	Node string `json:"node"`
+	// PID is the supervisor's process id on the batch node.
+	PID int `json:"pid"`
+	// StartedAt is when this supervisor run started.
+	StartedAt time.Time `json:"started_at"`
+	// Heartbeat is when the file was last refreshed.
+	Heartbeat time.Time `json:"heartbeat"`
+	// LeaseExpires is the time after which a reader drops the entry if the file
+	// was not refreshed (the supervisor was killed with SIGKILL, the node died).
+	LeaseExpires time.Time `json:"lease_expires"`
+}
+
+// FileName is the base name of the endpoint file for a tier and job.
+func FileName(tier, jobID string) string { return tier + "-" + jobID + ".json" }
