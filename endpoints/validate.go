@@ -1,0 +1,188 @@
+package endpoints
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Limits on the fields of an endpoint file. They keep a file written by a
+// confused or hostile job small and harmless to everything that shows it.
+const (
+	maxTierLen     = 32
+	maxJobIDLen    = 32
+	maxHostLen     = 253
+	maxLabelLen    = 63
+	maxModels      = 64
+	maxModelLen    = 128
+	maxReasonLen   = 256
+	maxNodeLen     = 64
+	maxRestartCnt  = 1_000_000
+	maxPID         = 1 << 22
+	minPort        = 1
+	maxPort        = 65535
+	maxLeaseLength = 24 * time.Hour
+)
+
+var (
+	tierRE  = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+	jobIDRE = regexp.MustCompile(`^[0-9]{1,20}(_[0-9]{1,10})?$`)
+	modelRE = regexp.MustCompile(`^[A-Za-z0-9._:/@+-]{1,128}$`)
+	nodeRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	labelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+)
+
+// FieldError says which field of an endpoint is invalid and why. Validate
+// returns one per invalid field, joined with errors.Join.
+type FieldError struct {
+	// Field is the JSON name of the field ("host", "port").
+	Field string
+	// Problem says, for people, what is wrong with it.
+	Problem string
+}
+
+// Error implements error.
+func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+// Validate checks every field of e against the strict rules of the format
+// (FORMAT.md). It returns nil for a valid endpoint, else one *FieldError per
+// invalid field joined with errors.Join. Nothing in a file that failed
+// Validate may reach nginx or a terminal.
+func Validate(e Endpoint) error {
+	var errs []error
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	if e.Schema != SchemaVersion {
+		add("schema", "unknown version %d (want %d)", e.Schema, SchemaVersion)
+	}
+	if err := CheckTier(e.Tier); err != nil {
+		add("tier", "%v", err)
+	}
+	if err := CheckJobID(e.JobID); err != nil {
+		add("job_id", "%v", err)
+	}
+	if e.RestartCount < 0 || e.RestartCount > maxRestartCnt {
+		add("restart_count", "out of range [0, %d]", maxRestartCnt)
+	}
+	if err := CheckHost(e.Host); err != nil {
+		add("host", "%v", err)
+	}
+	if e.Port < minPort || e.Port > maxPort {
+		add("port", "%d out of range [%d, %d]", e.Port, minPort, maxPort)
+	}
+	if !e.State.Valid() {
+		add("state", "must be one of starting, ready, draining")
+	}
+	errs = append(errs, checkText(e)...)
+	errs = append(errs, checkTimes(e)...)
+	return errors.Join(errs...)
+}
+
+// checkText validates the free-ish text fields: reason, models, node, pid.
+func checkText(e Endpoint) []error {
+	var errs []error
+	add := func(field, problem string) { errs = append(errs, &FieldError{Field: field, Problem: problem}) }
+	if len(e.Reason) > maxReasonLen {
+		add("reason", fmt.Sprintf("longer than %d bytes", maxReasonLen))
+	} else if strings.IndexFunc(e.Reason, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		add("reason", "contains a control or non-printable character")
+	}
+	if len(e.Models) > maxModels {
+		add("models", fmt.Sprintf("more than %d entries", maxModels))
+	}
+	for i, m := range e.Models {
+		if !modelRE.MatchString(m) {
+			add("models", fmt.Sprintf("entry %d: want 1-%d characters of [A-Za-z0-9._:/@+-]", i, maxModelLen))
+			break
+		}
+	}
+	if !nodeRE.MatchString(e.Node) {
+		add("node", fmt.Sprintf("want 1-%d characters of [A-Za-z0-9._-]", maxNodeLen))
+	}
+	if e.PID <= 0 || e.PID > maxPID {
+		add("pid", fmt.Sprintf("out of range [1, %d]", maxPID))
+	}
+	return errs
+}
+
+// checkTimes validates the timestamps: all set, and the lease after the
+// heartbeat by at most maxLeaseLength (a far-future lease would pin an entry).
+func checkTimes(e Endpoint) []error {
+	var errs []error
+	add := func(field, problem string) { errs = append(errs, &FieldError{Field: field, Problem: problem}) }
+	if e.StartedAt.IsZero() {
+		add("started_at", "missing")
+	}
+	if e.Heartbeat.IsZero() {
+		add("heartbeat", "missing")
+	}
+	switch {
+	case e.LeaseExpires.IsZero():
+		add("lease_expires", "missing")
+	case e.LeaseExpires.Before(e.Heartbeat):
+		add("lease_expires", "before heartbeat")
+	case e.LeaseExpires.Sub(e.Heartbeat) > maxLeaseLength:
+		add("lease_expires", fmt.Sprintf("more than %s after heartbeat", maxLeaseLength))
+	}
+	return errs
+}
+
+// Valid reports whether s is one of the three known states.
+func (s State) Valid() bool {
+	return s == StateStarting || s == StateReady || s == StateDraining
+}
+
+// CheckTier returns an error unless tier is 1–32 characters of [a-z0-9_-].
+func CheckTier(tier string) error {
+	if !tierRE.MatchString(tier) {
+		return fmt.Errorf("tier %q: want 1-%d characters of [a-z0-9_-]", truncate(tier), maxTierLen)
+	}
+	return nil
+}
+
+// CheckJobID returns an error unless id is a Slurm job id: digits, or
+// digits_digits for an array task.
+func CheckJobID(id string) error {
+	if len(id) > maxJobIDLen || !jobIDRE.MatchString(id) {
+		return fmt.Errorf("job id %q: want digits or digits_digits", truncate(id))
+	}
+	return nil
+}
+
+// CheckHost returns an error unless host is an IP literal (v4 or v6, no zone)
+// or an RFC 1123 host name. Such a host can be written into an nginx
+// "server" line as is: it holds no space, ';', '}', quote or newline.
+func CheckHost(host string) error {
+	if host == "" {
+		return errors.New("empty")
+	}
+	if len(host) > maxHostLen {
+		return fmt.Errorf("longer than %d bytes", maxHostLen)
+	}
+	if addr, err := netip.ParseAddr(host); err == nil {
+		if addr.Zone() != "" {
+			return fmt.Errorf("%q: IPv6 zone not allowed", truncate(host))
+		}
+		return nil
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(host, "."), ".") {
+		if !labelRE.MatchString(label) {
+			return fmt.Errorf("%q: not an IP address nor an RFC 1123 host name", truncate(host))
+		}
+	}
+	return nil
+}
+
+// truncate shortens s for an error message so a huge field does not flood logs.
+func truncate(s string) string {
+	const max = 40
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}
