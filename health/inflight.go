@@ -1,0 +1,96 @@
+package health
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// The llama-server metrics that count requests in flight (with --metrics).
+const (
+	metricProcessing = "llamacpp:requests_processing"
+	metricDeferred   = "llamacpp:requests_deferred"
+)
+
+// errNoMetrics says that /metrics answered without the in-flight gauges.
+var errNoMetrics = errors.New("no in-flight metrics")
+
+// InFlight returns how many requests the head is working on or holding:
+// llamacpp:requests_processing + llamacpp:requests_deferred from /metrics
+// (llama-server started with --metrics), or, when /metrics is not served,
+// the number of /slots entries with is_processing set.
+func InFlight(ctx context.Context, client *http.Client, baseURL string) (int, error) {
+	n, mErr := fromMetrics(ctx, client, baseURL)
+	if mErr == nil {
+		return n, nil
+	}
+	n, sErr := fromSlots(ctx, client, baseURL)
+	if sErr == nil {
+		return n, nil
+	}
+	return 0, fmt.Errorf("count in-flight requests: %w", errors.Join(mErr, sErr))
+}
+
+// fromMetrics reads the in-flight gauges from the Prometheus text of /metrics.
+func fromMetrics(ctx context.Context, client *http.Client, baseURL string) (int, error) {
+	body, err := getOK(ctx, client, baseURL+"/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("metrics: %w", err)
+	}
+	return parseMetrics(body)
+}
+
+// parseMetrics sums the two in-flight gauges of a Prometheus text body. At
+// least one of them must be present.
+func parseMetrics(body []byte) (int, error) {
+	total, found := 0.0, false
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		name, value, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		if !ok || (name != metricProcessing && name != metricDeferred) {
+			continue
+		}
+		fields := strings.Fields(value)
+		if len(fields) == 0 {
+			return 0, fmt.Errorf("metrics: no value for %s", name)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0, fmt.Errorf("metrics: bad value for %s: %q", name, value)
+		}
+		total += v
+		found = true
+	}
+	if !found {
+		return 0, fmt.Errorf("metrics: %w", errNoMetrics)
+	}
+	return int(math.Ceil(total)), nil
+}
+
+// fromSlots counts the busy slots of /slots.
+func fromSlots(ctx context.Context, client *http.Client, baseURL string) (int, error) {
+	body, err := getOK(ctx, client, baseURL+"/slots")
+	if err != nil {
+		return 0, fmt.Errorf("slots: %w", err)
+	}
+	var slots []struct {
+		IsProcessing bool `json:"is_processing"`
+	}
+	if err := json.Unmarshal(body, &slots); err != nil {
+		return 0, fmt.Errorf("slots: decode: %w", err)
+	}
+	n := 0
+	for _, s := range slots {
+		if s.IsProcessing {
+			n++
+		}
+	}
+	return n, nil
+}
