@@ -1,0 +1,204 @@
+package endpoints
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"unicode"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// DefaultMaxFileSize is the largest endpoint file ReadDir accepts when
+// ReadOptions.MaxFileSize is zero. A real file is under 2 KiB.
+const DefaultMaxFileSize = 64 << 10
+
+// ReadOptions tunes how ReadDir treats the files it finds. The zero value
+// accepts files of any owner up to DefaultMaxFileSize and logs nothing.
+type ReadOptions struct {
+	// AllowedUIDs lists the owners whose files are read; empty means any owner.
+	AllowedUIDs []uint32
+	// MaxFileSize is the size limit in bytes; zero means DefaultMaxFileSize.
+	MaxFileSize int64
+	// Logger receives one warning per rejected file; nil means no logging.
+	Logger hclog.Logger
+}
+
+// Entry is one valid endpoint and the file it came from.
+type Entry struct {
+	// File is the base name of the file in the endpoint directory.
+	File string `json:"file"`
+	// Endpoint is the file's validated content.
+	Endpoint Endpoint `json:"endpoint"`
+}
+
+// Rejected names a file ReadDir refused and why.
+type Rejected struct {
+	// File is the base name of the file in the endpoint directory.
+	File string `json:"file"`
+	// Reason says, for people, why the file was refused.
+	Reason string `json:"reason"`
+}
+
+// Scan is the result of reading an endpoint directory: the valid entries and
+// the refused files, each sorted by file name. The zero value is an empty scan.
+type Scan struct {
+	Entries  []Entry    `json:"entries"`
+	Rejected []Rejected `json:"rejected"`
+}
+
+// ReadDir reads every endpoint file (*.json, not starting with '.') of dir
+// as untrusted input: each file is checked (regular, not a symlink, not
+// writable by group or others, owner allowed, size limited), decoded
+// strictly and validated. One bad file is rejected, logged and listed in the
+// Scan; it never affects the others. The error is non-nil only when dir
+// itself cannot be listed.
+func ReadDir(dir string, opts ReadOptions) (Scan, error) {
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return Scan{}, fmt.Errorf("read endpoint dir %s: %w", dir, err)
+	}
+	var scan Scan
+	for _, de := range des {
+		name := de.Name()
+		if !IsEndpointFileName(name) {
+			continue
+		}
+		e, err := readFile(filepath.Join(dir, name), opts)
+		if err == nil {
+			err = checkName(name, e)
+		}
+		if err != nil {
+			log.Warn("endpoint file rejected", "file", printable(name), "error", err)
+			scan.Rejected = append(scan.Rejected, Rejected{File: printable(name), Reason: err.Error()})
+			continue
+		}
+		scan.Entries = append(scan.Entries, Entry{File: name, Endpoint: e})
+	}
+	return scan, nil
+}
+
+// printable returns name as is when it is plain printable text, else quoted,
+// so a hostile file name cannot carry control characters into logs or status.
+func printable(name string) string {
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(name)
+		}
+	}
+	return name
+}
+
+// IsEndpointFileName reports whether a directory entry is a candidate
+// endpoint file: "*.json" and not hidden (Write's temp files start with '.').
+func IsEndpointFileName(name string) bool {
+	return strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".")
+}
+
+// checkName refuses a file whose name does not match its tier and job id, so
+// that one file cannot pose as another tier's.
+func checkName(name string, e Endpoint) error {
+	if want := FileName(e.Tier, e.JobID); name != want {
+		return fmt.Errorf("file name does not match content: want %s", want)
+	}
+	return nil
+}
+
+// readFile opens path without following symlinks, checks what it is through
+// the open descriptor (so it cannot be swapped between check and read), and
+// parses at most the size limit.
+func readFile(path string, opts ReadOptions) (Endpoint, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return Endpoint{}, errors.New("is a symlink")
+		}
+		return Endpoint{}, fmt.Errorf("open: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	limit := opts.MaxFileSize
+	if limit <= 0 {
+		limit = DefaultMaxFileSize
+	}
+	if err := checkFile(f, opts.AllowedUIDs, limit); err != nil {
+		return Endpoint{}, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("read: %w", err)
+	}
+	if int64(len(b)) > limit {
+		return Endpoint{}, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return Parse(b)
+}
+
+// checkFile refuses what must not be trusted: anything but a regular file,
+// a file others could rewrite, a file of an unexpected owner, a huge file.
+func checkFile(f *os.File, allowed []uint32, limit int64) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("writable by group or others (mode %#o)", perm)
+	}
+	if fi.Size() > limit {
+		return fmt.Errorf("larger than %d bytes (%d)", limit, fi.Size())
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return errors.New("stat: no owner information")
+	}
+	if len(allowed) > 0 && !slices.Contains(allowed, st.Uid) {
+		return fmt.Errorf("owned by uid %d, not an allowed owner", st.Uid)
+	}
+	return nil
+}
+
+// Parse decodes one endpoint file strictly (unknown fields, trailing data
+// and a wrong schema version are errors) and validates it. It is the only
+// way untrusted bytes become an Endpoint.
+func Parse(b []byte) (Endpoint, error) {
+	var probe struct {
+		Schema *int `json:"schema"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return Endpoint{}, fmt.Errorf("parse: %w", err)
+	}
+	if probe.Schema == nil {
+		return Endpoint{}, errors.New("parse: no schema field")
+	}
+	if *probe.Schema != SchemaVersion {
+		return Endpoint{}, fmt.Errorf("parse: unknown schema version %d (this build reads %d)", *probe.Schema, SchemaVersion)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var e Endpoint
+	if err := dec.Decode(&e); err != nil {
+		return Endpoint{}, fmt.Errorf("parse: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Endpoint{}, errors.New("parse: trailing data after the JSON object")
+	}
+	if err := Validate(e); err != nil {
+		return Endpoint{}, fmt.Errorf("invalid: %w", err)
+	}
+	return e, nil
+}
