@@ -1,0 +1,145 @@
+package endpoints
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// JobChecker asks the scheduler about jobs. JobStates returns the state
+// ("RUNNING", "PENDING", …) of each id it knows; ids absent from the map are
+// gone. An error means the answer is unknown, not that the jobs are gone.
+// slurm.Client implements it with one squeue call.
+type JobChecker interface {
+	JobStates(ctx context.Context, ids []string) (map[string]string, error)
+}
+
+// JobRunning is the only scheduler state whose endpoints are routed.
+const JobRunning = "RUNNING"
+
+// JobStates is the outcome of one scheduler check for a pass. The zero value
+// means the scheduler was not asked (no checker configured, or no candidate):
+// nothing is dropped for the scheduler's sake and nothing is unverified.
+type JobStates struct {
+	// Asked reports whether the scheduler was asked.
+	Asked bool
+	// States maps job id to scheduler state; absent ids are gone.
+	States map[string]string
+	// Err is the scheduler's error; when set, States is unknown.
+	Err error
+}
+
+// Decision says whether one entry is routed and why.
+type Decision struct {
+	Entry
+	// Live reports whether the entry is routed.
+	Live bool `json:"live"`
+	// Why says, for people, why it is (not) routed: "ready", "lease expired", …
+	Why string `json:"why"`
+	// Unverified is set on a live entry the scheduler could not confirm
+	// (the check failed); it stays routed rather than being dropped on a
+	// scheduler hiccup.
+	Unverified bool `json:"unverified,omitempty"`
+}
+
+// Why values of Decide. A not-running job is reported as "job <STATE>".
+const (
+	WhyReady      = "ready"
+	WhyExpired    = "lease expired"
+	WhyStarting   = "starting"
+	WhyDraining   = "draining"
+	WhyGone       = "job gone"
+	WhySuperseded = "superseded by a later restart"
+)
+
+// FenceKey names a tier's job for fencing by restart count.
+func FenceKey(tier, jobID string) string { return tier + "/" + jobID }
+
+// Candidates returns the sorted, distinct job ids worth asking the
+// scheduler about: those of ready entries whose lease holds at now.
+func Candidates(entries []Entry, now time.Time) []string {
+	var ids []string
+	for _, en := range entries {
+		if en.Endpoint.State == StateReady && !now.After(en.Endpoint.LeaseExpires) {
+			ids = append(ids, en.Endpoint.JobID)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// AskScheduler makes the pass's one scheduler call for ids. A nil checker
+// or no ids means "not asked".
+func AskScheduler(ctx context.Context, c JobChecker, ids []string) JobStates {
+	if c == nil || len(ids) == 0 {
+		return JobStates{}
+	}
+	states, err := c.JobStates(ctx, ids)
+	if err != nil {
+		return JobStates{Asked: true, Err: fmt.Errorf("ask scheduler about %d jobs: %w", len(ids), err)}
+	}
+	return JobStates{Asked: true, States: states}
+}
+
+// Decide is the pure liveness decision for one pass. An entry is live when
+// it is the latest run of its tier and job (highest restart count, and not
+// below fences, the highest counts seen in earlier passes; nil means none),
+// its lease holds at now, its state is ready, and the scheduler says its job
+// is RUNNING. A scheduler error drops nothing: such entries stay live and
+// are marked unverified. Decisions keep the order of entries.
+func Decide(entries []Entry, jobs JobStates, fences map[string]int, now time.Time) []Decision {
+	latest := LatestRestarts(entries, fences)
+	out := make([]Decision, 0, len(entries))
+	for _, en := range entries {
+		d := Decision{Entry: en}
+		d.Why = decide(en.Endpoint, jobs, latest, now)
+		d.Live = d.Why == WhyReady
+		d.Unverified = d.Live && jobs.Asked && jobs.Err != nil
+		out = append(out, d)
+	}
+	return out
+}
+
+// decide returns the Why of one endpoint; WhyReady means live.
+func decide(e Endpoint, jobs JobStates, latest map[string]int, now time.Time) string {
+	switch {
+	case e.RestartCount < latest[FenceKey(e.Tier, e.JobID)]:
+		return WhySuperseded
+	case now.After(e.LeaseExpires):
+		return WhyExpired
+	case e.State == StateStarting:
+		return WhyStarting
+	case e.State == StateDraining:
+		return WhyDraining
+	case e.State != StateReady:
+		return "state " + string(e.State)
+	case !jobs.Asked || jobs.Err != nil:
+		return WhyReady
+	}
+	state, ok := jobs.States[e.JobID]
+	switch {
+	case !ok:
+		return WhyGone
+	case state != JobRunning:
+		return "job " + state
+	}
+	return WhyReady
+}
+
+// LatestRestarts returns, for each tier and job (FenceKey), the highest
+// restart count among entries and fences. fences is not modified; a caller
+// that keeps fences across passes stores the result.
+func LatestRestarts(entries []Entry, fences map[string]int) map[string]int {
+	latest := make(map[string]int, len(fences)+len(entries))
+	for k, v := range fences {
+		latest[k] = v
+	}
+	for _, en := range entries {
+		k := FenceKey(en.Endpoint.Tier, en.Endpoint.JobID)
+		if c, ok := latest[k]; !ok || en.Endpoint.RestartCount > c {
+			latest[k] = en.Endpoint.RestartCount
+		}
+	}
+	return latest
+}
