@@ -50,6 +50,9 @@ type Plan struct {
 	Drain       DrainSettings
 	// Srun is the srun binary to launch steps with ("srun" by default).
 	Srun string
+	// IdleNodes are nodes of the allocation that run nothing: the extra
+	// nodes of a single tier, and worker nodes left out of this run.
+	IdleNodes []string
 }
 
 // Process is one process of a tier, ready to launch. Argv has every
