@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// flagDef names the config key a flag sets and whether it takes a value.
+type flagDef struct {
+	key     string
+	boolean bool
+}
+
+// commonFlags are read in both modes; most are fake-only knobs to misbehave.
+var commonFlags = map[string]flagDef{
+	"--fake-fail-start":     {"fail-start", true},
+	"--fake-exit-after":     {"exit-after", false},
+	"--fake-ignore-sigterm": {"ignore-sigterm", true},
+	"--fake-term-delay":     {"term-delay", false},
+	"--fake-startup-delay":  {"startup-delay", false},
+	"--fake-rpc-version":    {"rpc-version", false},
+	"--version":             {"version", true},
+}
+
+// rpcFlags are ggml-rpc-server's own flags (-H host -p port -c cache -m mem -t threads -d devices).
+var rpcFlags = map[string]flagDef{
+	"-H": {"host", false}, "--host": {"host", false},
+	"-p": {"port", false}, "--port": {"port", false},
+	"-c": {"cache", true}, "--cache": {"cache", true},
+}
+
+// serverFlags are llama-server's flags the fake reads, plus its boolean flags that the
+// tolerant parser must not mistake for flags taking a value.
+var serverFlags = map[string]flagDef{
+	"--host": {"host", false}, "--port": {"port", false},
+	"-m": {"model", false}, "--model": {"model", false},
+	"-a": {"alias", false}, "--alias": {"alias", false},
+	"--rpc": {"rpc", false}, "--metrics": {"metrics", true},
+	"--models-dir": {"models-dir", false}, "--models-max": {"models-max", false},
+	"-np": {"parallel", false}, "--parallel": {"parallel", false},
+	"--fake-load-time":                    {"load-time", false},
+	"--fake-token-rate":                   {"token-rate", false},
+	"--fake-tokens":                       {"tokens", false},
+	"--fake-hang-health":                  {"hang-health", true},
+	"--fake-hang-on-term-while-streaming": {"hang-on-term-while-streaming", true},
+	"--mlock":                             {"", true}, "--no-mmap": {"", true}, "--cont-batching": {"", true},
+	"--no-cont-batching": {"", true}, "--jinja": {"", true}, "--embedding": {"", true},
+	"--embeddings": {"", true}, "--no-webui": {"", true}, "--slots": {"", true},
+	"--no-slots": {"", true}, "--log-disable": {"", true}, "--no-warmup": {"", true},
+	"-v": {"", true}, "--verbose": {"", true}, "--kv-unified": {"", true},
+}
+
+// parseArgs reads args tolerantly, the way configs written for real llama.cpp need:
+// known flags are parsed (as `--x v` or `--x=v`); an unknown `--x=v` is ignored; an
+// unknown `--x` followed by a token that is not a flag takes it as its value, else it is
+// a boolean. Positional arguments are ignored. The result maps config keys to values.
+func parseArgs(args []string, known ...map[string]flagDef) (map[string]string, error) {
+	out := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		tok := args[i]
+		if !isFlag(tok) {
+			continue
+		}
+		name, val, hasVal := strings.Cut(tok, "=")
+		def, ok := lookup(name, known)
+		switch {
+		case ok && def.boolean && !hasVal:
+			val = "true"
+		case ok && !hasVal:
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("flag %s needs a value", name)
+			}
+			i++
+			val = args[i]
+		case !ok && !hasVal && i+1 < len(args) && !isFlag(args[i+1]):
+			i++
+		}
+		if ok && def.key != "" {
+			out[def.key] = val
+		}
+	}
+	return out, nil
+}
+
+func lookup(name string, tables []map[string]flagDef) (flagDef, bool) {
+	for _, t := range tables {
+		if d, ok := t[name]; ok {
+			return d, true
+		}
+	}
+	return flagDef{}, false
+}
+
+// isFlag reports whether tok starts a flag; negative numbers (`--seed -1`) are values.
+func isFlag(tok string) bool {
+	if len(tok) < 2 || tok[0] != '-' {
+		return false
+	}
+	_, err := strconv.ParseFloat(tok, 64)
+	return err != nil
+}
+
+// config is what one run of the fake does; zero durations mean "no delay".
+type config struct {
+	mode                    string
+	host                    string
+	port                    int
+	model, alias, modelsDir string
+	modelsMax, parallel     int
+	rpc                     []string
+	metrics                 bool
+	loadTime, exitAfter     time.Duration
+	termDelay, startupDelay time.Duration
+	tokenRate               float64
+	tokens                  int
+	failStart, ignoreTerm   bool
+	hangOnTermStreaming     bool
+	hangHealth, version     bool
+	rpcVersion              string
+}
+
+// defaultRPCVersion is the version printed by "Starting RPC server v..." and checked at connect.
+const defaultRPCVersion = "3.0.0"
+
+// parseConfig turns the mode's arguments into a config with llama.cpp's defaults.
+func parseConfig(mode string, args []string) (config, error) {
+	tables := []map[string]flagDef{commonFlags, serverFlags}
+	cfg := config{mode: mode, host: "127.0.0.1", port: 8080, parallel: 1, tokenRate: 50,
+		tokens: 16, hangOnTermStreaming: true, termDelay: 100 * time.Millisecond,
+		rpcVersion: defaultRPCVersion}
+	if mode == modeRPC {
+		tables = []map[string]flagDef{commonFlags, rpcFlags}
+		cfg.port = 50052
+	}
+	vals, err := parseArgs(args, tables...)
+	if err != nil {
+		return config{}, err
+	}
+	p := valueParser{vals: vals}
+	p.str("host", &cfg.host)
+	p.str("model", &cfg.model)
+	p.str("alias", &cfg.alias)
+	p.str("models-dir", &cfg.modelsDir)
+	p.str("rpc-version", &cfg.rpcVersion)
+	p.integer("port", &cfg.port)
+	p.integer("models-max", &cfg.modelsMax)
+	p.integer("parallel", &cfg.parallel)
+	p.integer("tokens", &cfg.tokens)
+	p.float("token-rate", &cfg.tokenRate)
+	p.duration("load-time", &cfg.loadTime)
+	p.duration("exit-after", &cfg.exitAfter)
+	p.duration("term-delay", &cfg.termDelay)
+	p.duration("startup-delay", &cfg.startupDelay)
+	p.boolean("metrics", &cfg.metrics)
+	p.boolean("fail-start", &cfg.failStart)
+	p.boolean("ignore-sigterm", &cfg.ignoreTerm)
+	p.boolean("hang-on-term-while-streaming", &cfg.hangOnTermStreaming)
+	p.boolean("hang-health", &cfg.hangHealth)
+	p.boolean("version", &cfg.version)
+	if v, ok := vals["rpc"]; ok && v != "" {
+		cfg.rpc = strings.Split(v, ",")
+	}
+	if cfg.parallel < 1 {
+		cfg.parallel = 1
+	}
+	return cfg, p.err
+}
+
+// valueParser converts flag values, keeping the first error.
+type valueParser struct {
+	vals map[string]string
+	err  error
+}
+
+func (p *valueParser) set(key string, conv func(string) error) {
+	v, ok := p.vals[key]
+	if !ok || p.err != nil {
+		return
+	}
+	if err := conv(v); err != nil {
+		p.err = fmt.Errorf("flag %s=%q: %w", key, v, err)
+	}
+}
+
+func (p *valueParser) str(key string, dst *string) {
+	p.set(key, func(v string) error { *dst = v; return nil })
+}
+
+func (p *valueParser) integer(key string, dst *int) {
+	p.set(key, func(v string) (err error) { *dst, err = strconv.Atoi(v); return err })
+}
+
+func (p *valueParser) float(key string, dst *float64) {
+	p.set(key, func(v string) (err error) { *dst, err = strconv.ParseFloat(v, 64); return err })
+}
+
+func (p *valueParser) boolean(key string, dst *bool) {
+	p.set(key, func(v string) (err error) { *dst, err = strconv.ParseBool(v); return err })
+}
+
+// duration accepts Go durations ("2s", "200ms") and bare numbers of seconds ("2").
+func (p *valueParser) duration(key string, dst *time.Duration) {
+	p.set(key, func(v string) error {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil {
+			*dst = time.Duration(secs * float64(time.Second))
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		*dst = d
+		return err
+	})
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binDir holds the fake built once by TestMain, and symlinks named like llama.cpp's binaries.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "fake-llama-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "fake-llama"), ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build fake-llama:", err)
+		return 1
+	}
+	for _, name := range []string{"rpc-server", "ggml-rpc-server", "llama-server"} {
+		if err := os.Symlink("fake-llama", filepath.Join(dir, name)); err != nil {
+			fmt.Fprintln(os.Stderr, "symlink:", err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// waitTimeout bounds every poll; generous because CI machines are slow, never a sync tool.
+const waitTimeout = 15 * time.Second
+
+// poll calls cond until it holds or the deadline passes.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's output and the test to share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a fake-llama process started by a test, in its own process group.
+type proc struct {
+	cmd   *exec.Cmd
+	out   *syncBuffer
+	done  chan struct{}
+	state *os.ProcessState
+}
+
+// startBin starts binDir/name with args; t.Cleanup kills its process group and reaps it.
+func startBin(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.state = p.cmd.ProcessState
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			t.Logf("%s %v output:\n%s", name, args, p.out)
+		}
+	})
+	return p
+}
+
+// start runs the fake in a mode: start(t, "rpc-server", ...) or start(t, "server", ...).
+func start(t *testing.T, mode string, args ...string) *proc {
+	t.Helper()
+	return startBin(t, "fake-llama", append([]string{mode}, args...)...)
+}
+
+// waitLog waits until the output matches re and returns the first submatch (or the match).
+func (p *proc) waitLog(t *testing.T, re string) string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	var m []string
+	poll(t, "output matching "+re, func() bool {
+		m = rx.FindStringSubmatch(p.out.String())
+		return m != nil || p.exited()
+	})
+	if m == nil {
+		t.Fatalf("process exited before printing %q", re)
+	}
+	return m[len(m)-1]
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("send %v: %v", sig, err)
+	}
+}
+
+// waitExit waits for the process to end and returns its status as a shell reports it
+// (128+signal for a process killed by a signal, so SIGABRT is 134).
+func (p *proc) waitExit(t *testing.T) int {
+	t.Helper()
+	poll(t, "process exit", p.exited)
+	ws := p.state.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// killedBy is the signal that ended the process, 0 if it exited on its own.
+func (p *proc) killedBy(t *testing.T) syscall.Signal {
+	t.Helper()
+	poll(t, "process exit", p.exited)
+	if ws := p.state.Sys().(syscall.WaitStatus); ws.Signaled() {
+		return ws.Signal()
+	}
+	return 0
+}
+
+// startWorker starts an rpc-server on a free loopback port and returns it and its address.
+func startWorker(t *testing.T, args ...string) (*proc, string) {
+	t.Helper()
+	p := start(t, "rpc-server", append([]string{"-H", "127.0.0.1", "-p", "0"}, args...)...)
+	return p, p.waitLog(t, `endpoint\s+: (\S+)`)
+}
+
+// startHead starts a llama-server on a free loopback port and returns it and its base URL.
+func startHead(t *testing.T, args ...string) (*proc, string) {
+	t.Helper()
+	p := start(t, "server", append([]string{"--host", "127.0.0.1", "--port", "0"}, args...)...)
+	port := p.waitLog(t, `HTTP server is listening, hostname: \S+, port: (\d+)`)
+	return p, "http://127.0.0.1:" + port
+}
+
+// waitReady polls /health until 200.
+func waitReady(t *testing.T, base string) {
+	t.Helper()
+	poll(t, base+" ready", func() bool {
+		code, _ := get(t, base+"/health")
+		return code == http.StatusOK
+	})
+}
+
+var client = &http.Client{Timeout: waitTimeout}
+
+// get returns the status and body, or 0 and "" when the request failed.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func postChat(base, body string) (*http.Response, error) {
+	return client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+}
+
+func decodeJSON(t *testing.T, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+}
+
+// sseEvents reads `data:` payloads from an event stream until it ends or breaks.
+func sseEvents(r io.Reader, each func(data string)) error {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			each(data)
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// metric reads one llamacpp: value from /metrics, -1 when missing.
+func metric(t *testing.T, base, name string) int {
+	t.Helper()
+	_, body := get(t, base+"/metrics")
+	m := regexp.MustCompile(`(?m)^llamacpp:` + name + ` (\d+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	var v int
+	fmt.Sscan(m[1], &v)
+	return v
+}

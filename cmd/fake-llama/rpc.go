@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The fake's line protocol between head and worker. Real llama.cpp speaks a binary
+// protocol; the fake keeps only what the supervisor can observe: a version check at
+// connect (fact 17) and a round trip per unit of work, so a dead worker fails a request.
+//
+//	head: HELLO <version>   worker: OK <version>   (or ERR ... and close on mismatch)
+//	head: MEM               worker: MEM <free> <total>
+//	head: COMPUTE <n>       worker: DONE <n>
+const (
+	fakeFreeMiB  = 16384
+	fakeTotalMiB = 16384
+)
+
+// runRPCServer is ggml-rpc-server: listen with backlog 1, serve one client at a time.
+func runRPCServer(cfg config, stderr io.Writer) int {
+	if cfg.ignoreTerm {
+		ignoreSIGTERM(stderr)
+	}
+	if cfg.startupDelay > 0 {
+		time.Sleep(cfg.startupDelay)
+	}
+	if cfg.host != "127.0.0.1" {
+		fmt.Fprintf(stderr, "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"+
+			"WARNING: Host ('%s') is != '127.0.0.1'\n"+
+			"         Never expose the RPC server to an open network!\n"+
+			"         This is an experimental feature and is not secure!\n"+
+			"!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n", cfg.host)
+	}
+	ln, err := listenBacklog1(cfg.host, cfg.port)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: failed to start RPC server: %v\n", err)
+		return 1
+	}
+	defer ln.Close()
+	fmt.Fprintf(stderr, "Starting RPC server v%s\n  endpoint       : %s\n  local cache    : n/a\n"+
+		"Devices:\n  CPU: fake CPU (%d MiB, %d MiB free)\n",
+		cfg.rpcVersion, ln.Addr(), fakeTotalMiB, fakeFreeMiB)
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			fmt.Fprintf(stderr, "error: accept: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "Accepted client connection\n")
+		serveRPCClient(conn, cfg.rpcVersion, stderr)
+		conn.Close()
+		fmt.Fprintf(stderr, "Client connection closed\n")
+	}
+}
+
+// ignoreSIGTERM logs and ignores SIGTERM (--fake-ignore-sigterm); without it the worker
+// dies of SIGTERM like the real one, which installs no handler.
+func ignoreSIGTERM(stderr io.Writer) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	go func() {
+		for sig := range sigs {
+			fmt.Fprintf(stderr, "fake-llama: ignoring %v (--fake-ignore-sigterm)\n", sig)
+		}
+	}()
+}
+
+// listenBacklog1 listens like ggml-rpc-server does: listen(fd, 1). Go's net.Listen would
+// use somaxconn, and then a TCP probe would never hang behind an attached head (fact 12).
+func listenBacklog1(host string, port int) (net.Listener, error) {
+	addr, err := net.ResolveTCPAddr("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s:%d: %w", host, port, err)
+	}
+	family, sa := syscall.AF_INET, syscall.Sockaddr(nil)
+	if ip4 := addr.IP.To4(); ip4 != nil || addr.IP == nil {
+		in := &syscall.SockaddrInet4{Port: port}
+		copy(in.Addr[:], ip4)
+		sa = in
+	} else {
+		family = syscall.AF_INET6
+		in := &syscall.SockaddrInet6{Port: port}
+		copy(in.Addr[:], addr.IP.To16())
+		sa = in
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "rpc-listener")
+	defer f.Close() // net.FileListener holds its own dup
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		return nil, fmt.Errorf("setsockopt SO_REUSEADDR: %w", err)
+	}
+	if err := syscall.Bind(fd, sa); err != nil {
+		return nil, fmt.Errorf("bind %s: %w", addr, err)
+	}
+	if err := syscall.Listen(fd, 1); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("wrap listener: %w", err)
+	}
+	return ln, nil
+}
+
+// serveRPCClient answers one head until it hangs up or breaks the protocol.
+func serveRPCClient(conn net.Conn, version string, stderr io.Writer) {
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return // a bare TCP probe, or a head that gave up
+	}
+	cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+	if cmd != "HELLO" || arg != version {
+		fmt.Fprintf(stderr, "error: RPC protocol version mismatch: client %q, server %q\n", arg, version)
+		fmt.Fprintf(conn, "ERR version mismatch: server %s\n", version)
+		return
+	}
+	fmt.Fprintf(conn, "OK %s\n", version)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+		switch cmd {
+		case "MEM":
+			fmt.Fprintf(conn, "MEM %d %d\n", fakeFreeMiB<<20, fakeTotalMiB<<20)
+		case "COMPUTE":
+			fmt.Fprintf(conn, "DONE %s\n", arg)
+		default:
+			fmt.Fprintf(stderr, "error: unknown RPC command %q\n", cmd)
+			return
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// server is the fake llama-server: the HTTP API plus its attached workers.
+type server struct {
+	cfg     config
+	log     io.Writer
+	slots   *slotTable
+	ready   atomic.Bool // set once the model is "loaded"; workers is read only after
+	workers []*worker
+	ln      net.Listener
+
+	stopping  atomic.Bool   // SIGTERM seen: the listener is closed on purpose
+	cut       chan struct{} // closed to cut in-flight completions (fact 15)
+	abortOnce sync.Once
+}
+
+// runServer is llama-server: listen, "load the model" (attach workers, wait), then serve.
+func runServer(cfg config, stderr io.Writer) int {
+	s := &server{cfg: cfg, log: stderr, slots: newSlotTable(cfg.parallel), cut: make(chan struct{})}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, fmt.Sprint(cfg.port)))
+	if err != nil {
+		fmt.Fprintf(stderr, "main: couldn't bind HTTP server socket, hostname: %s, port: %d: %v\n",
+			cfg.host, cfg.port, err)
+		return 1
+	}
+	s.ln = ln
+	port := ln.Addr().(*net.TCPAddr).Port
+	fmt.Fprintf(stderr, "main: HTTP server is listening, hostname: %s, port: %d, http threads: %d\n",
+		cfg.host, port, cfg.parallel+1)
+	go s.watchSignals(sigs)
+	go s.load(port)
+	srv := &http.Server{Handler: s.routes(), ErrorLog: log.New(io.Discard, "", 0)}
+	err = srv.Serve(ln)
+	if s.stopping.Load() {
+		for { // the signal watcher decides when (and whether) the process exits
+			time.Sleep(time.Hour)
+		}
+	}
+	fmt.Fprintf(stderr, "error: http server: %v\n", err)
+	return 1
+}
+
+// load attaches the workers and waits out --fake-load-time; /health is 503 meanwhile.
+func (s *server) load(port int) {
+	start := time.Now()
+	fmt.Fprintf(s.log, "main: loading model\n")
+	if len(s.cfg.rpc) > 0 {
+		ws, err := connectWorkers(s.cfg.rpc, s.cfg.rpcVersion)
+		if err != nil {
+			fmt.Fprintf(s.log, "error: failed to load model: %v\n", err)
+			fmt.Fprintf(s.log, "main: exiting due to model loading error\n")
+			os.Exit(1)
+		}
+		s.workers = ws
+		for _, w := range ws {
+			fmt.Fprintf(s.log, "main: attached RPC server %s\n", w.addr)
+		}
+	}
+	if rest := s.cfg.loadTime - time.Since(start); rest > 0 {
+		time.Sleep(rest)
+	}
+	s.ready.Store(true)
+	fmt.Fprintf(s.log, "main: model loaded\n")
+	fmt.Fprintf(s.log, "main: server is listening on http://%s - starting the main loop\n",
+		net.JoinHostPort(s.cfg.host, fmt.Sprint(port)))
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", s.handleHealth)
+	mux.HandleFunc("/v1/health", s.handleHealth)
+	mux.HandleFunc("/v1/models", s.handleModels)
+	mux.HandleFunc("/models", s.handleModels)
+	mux.HandleFunc("/v1/chat/completions", s.handleChat)
+	mux.HandleFunc("/chat/completions", s.handleChat)
+	mux.HandleFunc("/metrics", s.handleMetrics)
+	mux.HandleFunc("/slots", s.handleSlots)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() && r.URL.Path != "/health" && r.URL.Path != "/v1/health" {
+			writeError(w, http.StatusServiceUnavailable, "Loading model", "unavailable_error")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.hangHealth {
+		<-r.Context().Done() // --fake-hang-health: never answer
+		return
+	}
+	if !s.ready.Load() {
+		writeError(w, http.StatusServiceUnavailable, "Loading model", "unavailable_error")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// modelNames is --alias, else the -m file's base name; in router mode (--models-dir)
+// the *.gguf files of that directory without the extension, sorted.
+func (s *server) modelNames() []string {
+	if s.cfg.modelsDir != "" {
+		paths, _ := filepath.Glob(filepath.Join(s.cfg.modelsDir, "*.gguf"))
+		var names []string
+		for _, p := range paths {
+			names = append(names, strings.TrimSuffix(filepath.Base(p), ".gguf"))
+		}
+		sort.Strings(names)
+		return names
+	}
+	switch {
+	case s.cfg.alias != "":
+		return []string{s.cfg.alias}
+	case s.cfg.model != "":
+		return []string{filepath.Base(s.cfg.model)}
+	}
+	return []string{"fake-model"}
+}
+
+func (s *server) handleModels(w http.ResponseWriter, r *http.Request) {
+	type entry = map[string]any
+	models, data := []entry{}, []entry{}
+	for _, name := range s.modelNames() {
+		models = append(models, entry{"name": name, "model": name, "type": "model",
+			"capabilities": []string{"completion"}})
+		data = append(data, entry{"id": name, "object": "model", "created": time.Now().Unix(),
+			"owned_by": "llamacpp"})
+	}
+	writeJSON(w, http.StatusOK, entry{"models": models, "object": "list", "data": data})
+}
+
+func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.metrics {
+		writeError(w, http.StatusNotImplemented,
+			"This server does not support metrics endpoint. Start it with `--metrics`",
+			"not_supported_error")
+		return
+	}
+	st := s.slots.stats()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	metric := func(name, kind, help string, v int) {
+		fmt.Fprintf(w, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %d\n",
+			name, help, name, kind, name, v)
+	}
+	metric("prompt_tokens_total", "counter", "Number of prompt tokens processed.", st.promptTokens)
+	metric("tokens_predicted_total", "counter", "Number of generation tokens processed.", st.predicted)
+	metric("n_decode_total", "counter", "Total number of llama_decode() calls", st.decode)
+	metric("requests_processing", "gauge", "Number of requests processing.", st.processing)
+	metric("requests_deferred", "gauge", "Number of requests deferred.", st.deferred)
+}
+
+func (s *server) handleSlots(w http.ResponseWriter, r *http.Request) {
+	st := s.slots.stats()
+	out := make([]map[string]any, len(st.busy))
+	for i, busy := range st.busy {
+		out[i] = map[string]any{"id": i, "id_task": -1, "n_ctx": 4096, "is_processing": busy}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes llama-server's error shape.
+func writeError(w http.ResponseWriter, code int, msg, kind string) {
+	writeJSON(w, code, map[string]any{"error": map[string]any{"code": code, "message": msg, "type": kind}})
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Fact 16: /health is 503 "Loading model" while loading, then 200.
+func TestHeadHealthLoadingThenReady(t *testing.T) {
+	_, base := startHead(t, "--fake-load-time", "2s")
+	code, body := get(t, base+"/health")
+	want := `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`
+	if code != http.StatusServiceUnavailable || strings.TrimSpace(body) != want {
+		t.Fatalf("health while loading = %d %s, want 503 %s", code, body, want)
+	}
+	if code, _ := get(t, base+"/v1/models"); code != http.StatusServiceUnavailable {
+		t.Errorf("models while loading = %d, want 503", code)
+	}
+	waitReady(t, base)
+	if _, body := get(t, base+"/health"); strings.TrimSpace(body) != `{"status":"ok"}` {
+		t.Errorf("health when ready = %s", body)
+	}
+}
+
+// Fact 11: the head opens and closes short connections to each worker, then keeps one.
+func TestHeadAttachesWorkers(t *testing.T) {
+	w1, a1 := startWorker(t)
+	w2, a2 := startWorker(t)
+	head, base := startHead(t, "--rpc", a1+","+a2)
+	waitReady(t, base)
+	for _, w := range []*proc{w1, w2} {
+		out := w.out.String()
+		accepted := strings.Count(out, "Accepted client connection")
+		closed := strings.Count(out, "Client connection closed")
+		if accepted != shortConnections+1 || closed != shortConnections {
+			t.Errorf("worker saw %d accepted, %d closed; want %d and %d",
+				accepted, closed, shortConnections+1, shortConnections)
+		}
+	}
+	head.waitLog(t, `server is listening on http://127\.0\.0\.1:\d+`)
+}
+
+// A worker that is not there at start fails the head at once, with a clear message.
+func TestHeadExitsWhenWorkerUnreachable(t *testing.T) {
+	_, addr := startWorker(t)
+	dead, deadAddr := startWorker(t)
+	dead.signal(t, syscall.SIGKILL)
+	dead.waitExit(t)
+	head, _ := startHead(t, "--rpc", addr+","+deadAddr)
+	if code := head.waitExit(t); code != 1 {
+		t.Errorf("head exit = %d, want 1", code)
+	}
+	head.waitLog(t, `failed to connect to RPC server `+deadAddr)
+}
+
+func TestModels(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"b.gguf", "a.gguf", "notes.txt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{name: "model file base name", args: []string{"-m", "/models/qwen-7b.gguf"}, want: []string{"qwen-7b.gguf"}},
+		{name: "alias wins", args: []string{"-m", "/models/q.gguf", "--alias", "fast"}, want: []string{"fast"}},
+		{name: "router mode lists gguf files", args: []string{"--models-dir", dir, "--models-max", "1"},
+			want: []string{"a", "b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, base := startHead(t, tt.args...)
+			waitReady(t, base)
+			_, body := get(t, base+"/v1/models")
+			var got struct {
+				Object string
+				Models []struct{ Name string }
+				Data   []struct{ ID, Object string }
+			}
+			decodeJSON(t, body, &got)
+			var names, ids []string
+			for i := range got.Models {
+				names = append(names, got.Models[i].Name)
+			}
+			for i := range got.Data {
+				ids = append(ids, got.Data[i].ID)
+			}
+			if d := cmp.Diff(tt.want, names); d != "" {
+				t.Errorf("models[].name (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tt.want, ids); d != "" {
+				t.Errorf("data[].id (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestChatNonStreamed(t *testing.T) {
+	_, addr := startWorker(t)
+	_, base := startHead(t, "--rpc", addr, "--alias", "m", "--fake-tokens", "4", "--fake-token-rate", "0")
+	waitReady(t, base)
+	resp, err := postChat(base, `{"messages":[{"role":"user","content":"say hi"}]}`)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var got struct {
+		Object  string
+		Model   string
+		Choices []struct {
+			Message      struct{ Role, Content string }
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		}
+	}
+	decodeJSON(t, string(body), &got)
+	if got.Object != "chat.completion" || got.Model != "m" || len(got.Choices) != 1 {
+		t.Fatalf("response = %s", body)
+	}
+	want := "tok0 tok1 tok2 tok3 "
+	if d := cmp.Diff(want, got.Choices[0].Message.Content); d != "" {
+		t.Errorf("content (-want +got):\n%s", d)
+	}
+	if got.Usage.CompletionTokens != 4 {
+		t.Errorf("completion_tokens = %d, want 4", got.Usage.CompletionTokens)
+	}
+}
+
+func TestChatStreamed(t *testing.T) {
+	_, addr := startWorker(t)
+	_, base := startHead(t, "--rpc", addr, "--fake-tokens", "10", "--fake-token-rate", "100")
+	waitReady(t, base)
+	began := time.Now()
+	resp, err := postChat(base, `{"stream":true,"max_tokens":5,"messages":[]}`)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("content type = %q", ct)
+	}
+	var events []string
+	if err := sseEvents(resp.Body, func(d string) { events = append(events, d) }); err != nil {
+		t.Fatalf("read stream: %v", err)
+	}
+	// role chunk, 5 token chunks (max_tokens < --fake-tokens), finish chunk, [DONE]
+	if len(events) != 8 || events[7] != "[DONE]" || !strings.Contains(events[6], `"finish_reason":"length"`) {
+		t.Fatalf("events = %q", events)
+	}
+	if took := time.Since(began); took < 40*time.Millisecond {
+		t.Errorf("5 tokens at 100/s took %v, want at least 40ms (token rate not applied)", took)
+	}
+}
+
+// Fact 13: a worker killed while the head is idle: /health stays 200; the next request
+// gets an empty reply and the head dies of SIGABRT (134) naming the cause.
+func TestWorkerKilledWhileIdle(t *testing.T) {
+	w, addr := startWorker(t)
+	head, base := startHead(t, "--rpc", addr)
+	waitReady(t, base)
+	w.signal(t, syscall.SIGKILL)
+	w.waitExit(t)
+	if code, _ := get(t, base+"/health"); code != http.StatusOK {
+		t.Fatalf("health after worker death = %d, want 200 (the head does not notice)", code)
+	}
+	resp, err := postChat(base, `{"messages":[]}`)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("request after worker death answered %d, want an empty reply", resp.StatusCode)
+	}
+	if sig := head.killedBy(t); sig != syscall.SIGABRT {
+		t.Errorf("head ended by signal %d, want SIGABRT (status 134)", sig)
+	}
+	head.waitLog(t, `Remote RPC server crashed or returned malformed response`)
+}
+
+// Fact 14: after the head's crash, the surviving worker accepts a new head.
+func TestSurvivingWorkerAcceptsNewHead(t *testing.T) {
+	_, a1 := startWorker(t)
+	w2, a2 := startWorker(t)
+	head, base := startHead(t, "--rpc", a1+","+a2)
+	waitReady(t, base)
+	w2.signal(t, syscall.SIGKILL)
+	w2.waitExit(t)
+	if resp, err := postChat(base, `{"messages":[]}`); err == nil {
+		resp.Body.Close()
+	}
+	if sig := head.killedBy(t); sig != syscall.SIGABRT {
+		t.Fatalf("head ended by signal %d, want SIGABRT (status 134)", sig)
+	}
+	_, a2new := startWorker(t)
+	_, base2 := startHead(t, "--rpc", a1+","+a2new, "--fake-tokens", "2")
+	waitReady(t, base2)
+	resp, err := postChat(base2, `{"messages":[]}`)
+	if err != nil {
+		t.Fatalf("new head request: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("new head request = %d, want 200", resp.StatusCode)
+	}
+}
+
+// startStream posts a streamed request and returns once the first chunk arrived.
+func startStream(t *testing.T, base string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	resp, err := postChat(base, `{"stream":true,"messages":[]}`)
+	if err != nil {
+		t.Fatalf("post stream: %v", err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	r := bufio.NewReader(resp.Body)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatalf("first chunk: %v", err)
+	}
+	return resp, r
+}

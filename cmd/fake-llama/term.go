@@ -1,0 +1,33 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// watchSignals is llama-server's SIGTERM/SIGINT handling (fact 15): idle, it cleans up
+// and exits 0 after --fake-term-delay; with a stream in flight it cuts the stream and
+// hangs "cleaning up before exit..." until SIGKILL.
+func (s *server) watchSignals(sigs <-chan os.Signal) {
+	for sig := range sigs {
+		if s.cfg.ignoreTerm {
+			fmt.Fprintf(s.log, "fake-llama: ignoring %v (--fake-ignore-sigterm)\n", sig)
+			continue
+		}
+		if s.stopping.Swap(true) {
+			fmt.Fprintf(s.log, "fake-llama: %v again while cleaning up, still waiting\n", sig)
+			continue
+		}
+		fmt.Fprintf(s.log, "srv    operator(): operator(): cleaning up before exit...\n")
+		streaming := s.slots.stats().streams > 0
+		s.ln.Close()
+		if streaming && s.cfg.hangOnTermStreaming {
+			close(s.cut)
+			fmt.Fprintf(s.log, "fake-llama: stream in flight at %v: hanging until SIGKILL\n", sig)
+			continue
+		}
+		time.Sleep(s.cfg.termDelay)
+		os.Exit(0)
+	}
+}
