@@ -1,0 +1,74 @@
+package supervisor
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Launcher starts the processes of a tier. SrunLauncher starts each as its
+// own Slurm job step; LocalLauncher runs them on this machine (tests, and
+// trying a config without Slurm).
+type Launcher interface {
+	// Start launches p and returns at once with a handle on the running
+	// process. Its output (stdout and stderr) goes to p.LogPath.
+	Start(p Process) (Handle, error)
+}
+
+// Handle is one started process (for SrunLauncher: the srun client that
+// runs its step). All methods are safe for concurrent use.
+type Handle interface {
+	// PID is the process id of the local process (the srun client).
+	PID() int
+	// Ready is closed when the output showed Process.ReadyPattern; it is never
+	// closed when the pattern is empty.
+	Ready() <-chan struct{}
+	// Done is closed when the process has exited and Result is known.
+	Done() <-chan struct{}
+	// Result says how the process ended; valid once Done is closed.
+	Result() ExitResult
+	// Stop asks the process to end (SIGTERM), waits up to grace, then kills
+	// it. It returns when the process is gone.
+	Stop(grace time.Duration)
+	// Kill ends the process at once.
+	Kill()
+}
+
+// ExitResult says how a process ended, in the words an operator needs.
+// The zero value is a clean exit with code 0.
+type ExitResult struct {
+	// Code is the exit status; -1 when the local process was killed by a signal.
+	Code int
+	// Signal is the signal that ended the process or, through srun, its task (0: none).
+	Signal syscall.Signal
+	// OOM is set when Slurm reported an oom-kill event for the step.
+	OOM bool
+	// TaskStatus is srun's own account of how the task ended
+	// ("Killed", "Exited with exit code 3"); empty without srun.
+	TaskStatus string
+	// Err is set when the process could not be run or waited for.
+	Err error
+}
+
+// String reads like "exit code 137 (signal killed), killed for memory".
+func (r ExitResult) String() string {
+	var parts []string
+	switch {
+	case r.Err != nil:
+		parts = append(parts, "error: "+r.Err.Error())
+	case r.Code >= 0 && r.Signal != 0:
+		parts = append(parts, fmt.Sprintf("exit code %d (signal %s)", r.Code, r.Signal))
+	case r.Signal != 0:
+		parts = append(parts, "signal "+r.Signal.String())
+	default:
+		parts = append(parts, fmt.Sprintf("exit code %d", r.Code))
+	}
+	if r.TaskStatus != "" {
+		parts = append(parts, "srun: task "+r.TaskStatus)
+	}
+	if r.OOM {
+		parts = append(parts, "killed for memory (oom-kill)")
+	}
+	return strings.Join(parts, ", ")
+}

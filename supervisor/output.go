@@ -1,0 +1,108 @@
+package supervisor
+
+import (
+	"bytes"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// maxLine bounds a line kept for scanning; longer output is cut into pieces.
+const maxLine = 64 << 10
+
+var (
+	// srunTaskRE matches srun's report of how a task ended:
+	// "srun: error: node2: task 0: Killed", "…: task 0: Exited with exit code 3".
+	srunTaskRE = regexp.MustCompile(`^srun: error: \S+: tasks? [0-9,-]+: (.+)$`)
+	// stepIDRE finds the step id that srun -v prints ("launching StepId=12.3 on host node2").
+	stepIDRE = regexp.MustCompile(`launching StepId=([0-9]+(?:_[0-9]+)?\.[0-9]+)`)
+)
+
+// watch scans a process's output lines for what the supervisor must know:
+// the ready pattern, an oom-kill report, srun's task status and step id.
+// Its fields are guarded by mu: lines arrive on exec's copying goroutine.
+type watch struct {
+	pattern   string
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	mu         sync.Mutex
+	oom        bool
+	taskStatus string
+	stepID     string
+}
+
+func newWatch(pattern string) *watch {
+	return &watch{pattern: pattern, ready: make(chan struct{})}
+}
+
+// line looks at one line of output.
+func (w *watch) line(s string) {
+	if w.pattern != "" && strings.Contains(s, w.pattern) {
+		w.readyOnce.Do(func() { close(w.ready) })
+	}
+	if !strings.HasPrefix(s, "srun") && !strings.HasPrefix(s, "slurmstepd") {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.Contains(s, "oom-kill") || strings.Contains(s, "oom_kill") || strings.Contains(s, "Out Of Memory") {
+		w.oom = true
+	}
+	if m := srunTaskRE.FindStringSubmatch(s); m != nil {
+		w.taskStatus = m[1]
+	}
+	if m := stepIDRE.FindStringSubmatch(s); m != nil && w.stepID == "" {
+		w.stepID = m[1]
+	}
+}
+
+// facts returns what was seen so far.
+func (w *watch) facts() (oom bool, taskStatus, stepID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.oom, w.taskStatus, w.stepID
+}
+
+// lineWriter is the io.Writer a process's stdout and stderr go to: it
+// appends everything to the log file and hands each complete line to fn.
+// exec.Cmd calls Write from one goroutine per stream; mu orders them.
+type lineWriter struct {
+	mu      sync.Mutex
+	file    *os.File
+	partial []byte
+	fn      func(string)
+}
+
+// Write implements io.Writer. A failing log file does not fail the process:
+// the line scan goes on and the write error is dropped.
+func (w *lineWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, _ = w.file.Write(b)
+	w.partial = append(w.partial, b...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		w.fn(strings.TrimRight(string(w.partial[:i]), "\r"))
+		w.partial = w.partial[i+1:]
+	}
+	if len(w.partial) > maxLine {
+		w.fn(string(w.partial))
+		w.partial = w.partial[:0]
+	}
+	return len(b), nil
+}
+
+// flush hands a last unterminated line to fn.
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.partial) > 0 {
+		w.fn(string(w.partial))
+		w.partial = nil
+	}
+}

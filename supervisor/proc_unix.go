@@ -1,0 +1,169 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// waitDelay bounds how long Wait waits for output pipes once the process
+// has exited (a grandchild may hold them open).
+const waitDelay = 2 * time.Second
+
+// proc is the Handle both launchers return: a local process in its own
+// process group whose output goes through a lineWriter into a watch.
+type proc struct {
+	cmd   *exec.Cmd
+	name  string
+	watch *watch
+	out   *lineWriter
+	done  chan struct{}
+
+	// term asks for a graceful end; kill ends it for sure. Both default to
+	// signalling the process group; SrunLauncher routes them through Slurm.
+	term func(p *proc)
+	kill func(p *proc)
+
+	mu     sync.Mutex
+	result ExitResult
+}
+
+// startProc starts cmd for process spec in its own process group, with its
+// output appended to spec.LogPath, and waits for it in a goroutine.
+func startProc(cmd *exec.Cmd, spec Process) (*proc, error) {
+	f, err := openLog(spec.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
+	}
+	p := &proc{cmd: cmd, name: spec.Name, watch: newWatch(spec.ReadyPattern), done: make(chan struct{})}
+	p.term = func(p *proc) { p.signalGroup(syscall.SIGTERM) }
+	p.kill = func(p *proc) { p.signalGroup(syscall.SIGKILL) }
+	p.out = &lineWriter{file: f, fn: p.watch.line}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = waitDelay
+	fmt.Fprintf(f, "--- llm-supervisor %s: start %s: %s\n", time.Now().Format(time.RFC3339Nano), spec.Name, strings.Join(cmd.Args, " "))
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(f, "--- llm-supervisor: start failed: %v\n", err)
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
+	}
+	go p.wait(f)
+	return p, nil
+}
+
+// openLog opens a process's log file for appending, creating its directory.
+func openLog(path string) (*os.File, error) {
+	if path == "" {
+		return nil, errors.New("no log path")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	return f, nil
+}
+
+// wait reaps the process, records how it ended and closes done.
+func (p *proc) wait(f *os.File) {
+	err := p.cmd.Wait()
+	p.out.flush()
+	r := exitResult(p.cmd.ProcessState, err)
+	r.OOM, r.TaskStatus, _ = p.watch.facts()
+	r = srunSignal(r)
+	fmt.Fprintf(f, "--- llm-supervisor %s: %s ended: %s\n", time.Now().Format(time.RFC3339Nano), p.name, r)
+	f.Close()
+	p.mu.Lock()
+	p.result = r
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// exitResult reads the exit code or signal from a finished process.
+func exitResult(ps *os.ProcessState, err error) ExitResult {
+	if ps == nil {
+		return ExitResult{Code: -1, Err: err}
+	}
+	r := ExitResult{Code: ps.ExitCode()}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		r.Signal = ws.Signal()
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) && !errors.Is(err, exec.ErrWaitDelay) {
+		r.Err = err
+	}
+	return r
+}
+
+// srunSignal fills in the signal of a task that srun reports as killed by
+// one: srun then exits with 128+signal ("task 0: Killed", status 137).
+func srunSignal(r ExitResult) ExitResult {
+	if r.Signal == 0 && r.TaskStatus != "" && !strings.HasPrefix(r.TaskStatus, "Exited") && r.Code > 128 && r.Code < 128+65 {
+		r.Signal = syscall.Signal(r.Code - 128)
+	}
+	return r
+}
+
+// PID implements Handle.
+func (p *proc) PID() int { return p.cmd.Process.Pid }
+
+// Ready implements Handle.
+func (p *proc) Ready() <-chan struct{} { return p.watch.ready }
+
+// Done implements Handle.
+func (p *proc) Done() <-chan struct{} { return p.done }
+
+// Result implements Handle.
+func (p *proc) Result() ExitResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.result
+}
+
+// exited reports whether the process is gone (and its pid may be reused).
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signalGroup sends sig to the process group, unless the process was reaped.
+func (p *proc) signalGroup(sig syscall.Signal) {
+	if !p.exited() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+// Stop implements Handle: term, up to grace, then kill, then wait.
+func (p *proc) Stop(grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	p.term(p)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return
+	case <-t.C:
+	}
+	p.Kill()
+}
+
+// Kill implements Handle.
+func (p *proc) Kill() {
+	p.kill(p)
+	<-p.done
+}
