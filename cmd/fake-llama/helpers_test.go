@@ -34,7 +34,11 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "fake-llama"), ".")
+	args := []string{"build", "-o", filepath.Join(dir, "fake-llama")}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build fake-llama:", err)
@@ -108,6 +112,9 @@ func startBin(t *testing.T, name string, args ...string) *proc {
 	t.Cleanup(func() {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
+		if strings.Contains(p.out.String(), "WARNING: DATA RACE") {
+			t.Errorf("%s: the race detector reported a data race", name)
+		}
 		if t.Failed() {
 			t.Logf("%s %v output:\n%s", name, args, p.out)
 		}

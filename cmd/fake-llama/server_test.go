@@ -230,3 +230,20 @@ func startStream(t *testing.T, base string) (*http.Response, *bufio.Reader) {
 	}
 	return resp, r
 }
+
+// Fact 18: a worker dying mid-stream: the stream breaks without [DONE] and the head
+// dies of SIGABRT.
+func TestWorkerKilledMidStream(t *testing.T) {
+	w, addr := startWorker(t)
+	head, base := startHead(t, "--rpc", addr, "--fake-tokens", "100000", "--fake-token-rate", "50")
+	waitReady(t, base)
+	_, stream := startStream(t, base)
+	w.signal(t, syscall.SIGKILL)
+	rest, _ := io.ReadAll(stream)
+	if strings.Contains(string(rest), "[DONE]") {
+		t.Errorf("stream ended with [DONE] after its worker died")
+	}
+	if sig := head.killedBy(t); sig != syscall.SIGABRT {
+		t.Errorf("head ended by signal %d, want SIGABRT (status 134)", sig)
+	}
+}
