@@ -93,6 +93,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/models", s.handleModels)
 	mux.HandleFunc("/v1/chat/completions", s.handleChat)
 	mux.HandleFunc("/chat/completions", s.handleChat)
+	mux.HandleFunc("/completion", s.handleCompletion)
+	mux.HandleFunc("/completions", s.handleCompletion)
 	mux.HandleFunc("/metrics", s.handleMetrics)
 	mux.HandleFunc("/slots", s.handleSlots)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

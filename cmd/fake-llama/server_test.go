@@ -247,3 +247,43 @@ func TestWorkerKilledMidStream(t *testing.T) {
 		t.Errorf("head ended by signal %d, want SIGABRT (status 134)", sig)
 	}
 }
+
+// llama-server's own /completion: `content` and `stop`; streamed without [DONE].
+func TestRawCompletion(t *testing.T) {
+	_, base := startHead(t, "--fake-tokens", "3", "--fake-token-rate", "0")
+	waitReady(t, base)
+	tests := []struct {
+		name string
+		body string
+		want []string
+	}{
+		{name: "whole", body: `{"prompt":"hi","n_predict":2}`,
+			want: []string{`{"content":"tok0 tok1 ","model":"fake-model","stop":true,"stop_type":"limit","tokens_evaluated":1,"tokens_predicted":2}`}},
+		{name: "streamed", body: `{"prompt":"hi","stream":true}`,
+			want: []string{`{"content":"tok0 ","stop":false}`, `{"content":"tok1 ","stop":false}`,
+				`{"content":"tok2 ","stop":false}`,
+				`{"content":"","model":"fake-model","stop":true,"stop_type":"limit","tokens_evaluated":1,"tokens_predicted":3}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := client.Post(base+"/completion", "application/json", strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatalf("post: %v", err)
+			}
+			defer resp.Body.Close()
+			var got []string
+			if resp.Header.Get("Content-Type") == "text/event-stream" {
+				err = sseEvents(resp.Body, func(d string) { got = append(got, d) })
+			} else {
+				b, rerr := io.ReadAll(resp.Body)
+				got, err = []string{strings.TrimSpace(string(b))}, rerr
+			}
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("events (-want +got):\n%s", d)
+			}
+		})
+	}
+}

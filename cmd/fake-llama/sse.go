@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 )
 
 // sseWriter writes server-sent events, one flushed `data: ...` event per call.
@@ -40,26 +39,19 @@ func (e *sseWriter) sendRaw(data string) error {
 	return nil
 }
 
-// chunk is one chat.completion.chunk with the given delta and finish reason.
-func chunk(model string, delta map[string]string, finish any) map[string]any {
-	return map[string]any{
-		"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": time.Now().Unix(),
-		"model":   model,
-		"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}},
-	}
-}
-
-// streamChat streams one chunk per token and ends with `data: [DONE]`. A SIGTERM cut
-// closes the connection with no [DONE] (fact 15).
-func (s *server) streamChat(w http.ResponseWriter, r *http.Request, model string, prompt, n int) {
+// streamCompletion streams one event per token and a closing event (then `data: [DONE]`
+// for chat). A SIGTERM cut closes the connection with neither (fact 15).
+func (s *server) streamCompletion(w http.ResponseWriter, r *http.Request, j job) {
 	s.slots.addStream(1)
 	defer s.slots.addStream(-1)
 	ev := newSSEWriter(w)
-	if err := ev.send(chunk(model, map[string]string{"role": "assistant", "content": ""}, nil)); err != nil {
-		return
+	if first := j.format.first(j); first != nil {
+		if err := ev.send(first); err != nil {
+			return
+		}
 	}
-	err := s.generate(r.Context(), w, n, func(i int) error {
-		return ev.send(chunk(model, map[string]string{"content": tokenText(i)}, nil))
+	err := s.generate(r.Context(), w, j, func(i int) error {
+		return ev.send(j.format.token(j, i))
 	})
 	if errors.Is(err, errCut) {
 		panic(http.ErrAbortHandler) // cut: no terminating chunk, no [DONE]
@@ -67,10 +59,7 @@ func (s *server) streamChat(w http.ResponseWriter, r *http.Request, model string
 	if err != nil {
 		return
 	}
-	final := chunk(model, map[string]string{}, "length")
-	final["usage"] = map[string]int{"prompt_tokens": prompt, "completion_tokens": n,
-		"total_tokens": prompt + n}
-	if ev.send(final) == nil {
+	if ev.send(j.format.last(j)) == nil && j.format.done() {
 		_ = ev.sendRaw("[DONE]")
 	}
 }

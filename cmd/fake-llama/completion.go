@@ -10,78 +10,98 @@ import (
 	"time"
 )
 
-// chatRequest is the part of an OpenAI chat request the fake reads.
-type chatRequest struct {
+// completionRequest is the part of an OpenAI chat request, or of llama-server's own
+// /completion request, that the fake reads.
+type completionRequest struct {
 	Model     string `json:"model"`
 	Stream    bool   `json:"stream"`
 	MaxTokens int    `json:"max_tokens"`
+	NPredict  int    `json:"n_predict"`
+	Prompt    any    `json:"prompt"`
 	Messages  []struct {
 		Content any `json:"content"`
 	} `json:"messages"`
 }
 
+// job is one accepted completion: what to generate and how to shape the answer.
+type job struct {
+	format format
+	model  string
+	prompt int // prompt tokens
+	n      int // tokens to generate
+}
+
 // errCut means SIGTERM cut the completion (fact 15).
 var errCut = errors.New("completion cut by SIGTERM")
 
-// handleChat serves /v1/chat/completions: take a slot, "process the prompt" on every
-// worker, then generate tokens at --fake-token-rate, each a round trip to every worker.
 func (s *server) handleChat(w http.ResponseWriter, r *http.Request) {
+	s.serveCompletion(w, r, chatFormat{})
+}
+
+func (s *server) handleCompletion(w http.ResponseWriter, r *http.Request) {
+	s.serveCompletion(w, r, rawFormat{})
+}
+
+// serveCompletion takes a slot, "processes the prompt" on every worker, then generates
+// tokens at --fake-token-rate, each a round trip to every worker.
+func (s *server) serveCompletion(w http.ResponseWriter, r *http.Request, f format) {
 	if r.Method != http.MethodPost {
 		writeError(w, http.StatusMethodNotAllowed, "POST only", "invalid_request_error")
 		return
 	}
-	var req chatRequest
+	var req completionRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON: %v", err), "invalid_request_error")
 		return
-	}
-	n := s.cfg.tokens
-	if req.MaxTokens > 0 && req.MaxTokens < n {
-		n = req.MaxTokens
 	}
 	slot, err := s.slots.acquire(r.Context())
 	if err != nil {
 		return // the client went away while deferred
 	}
 	defer s.slots.release(slot)
-	prompt := promptTokens(req)
-	if err := computeAll(s.workers, prompt); err != nil {
+	j := s.newJob(req, f)
+	if err := computeAll(s.workers, j.prompt); err != nil {
 		s.abort(w, err)
 	}
-	s.slots.addTokens(prompt, 0)
-	model := req.Model
-	if model == "" {
-		model = s.modelNames()[0]
-	}
+	s.slots.addTokens(j.prompt, 0)
 	if req.Stream {
-		s.streamChat(w, r, model, prompt, n)
+		s.streamCompletion(w, r, j)
 		return
 	}
-	s.completeChat(w, r, model, prompt, n)
+	s.completeWhole(w, r, j)
 }
 
-// promptTokens approximates the prompt's length in tokens by its words.
-func promptTokens(req chatRequest) int {
-	n := 0
-	for _, m := range req.Messages {
-		n += len(strings.Fields(fmt.Sprint(m.Content)))
+func (s *server) newJob(req completionRequest, f format) job {
+	j := job{format: f, model: req.Model, n: s.cfg.tokens}
+	if j.model == "" {
+		j.model = s.modelNames()[0]
 	}
-	return max(n, 1)
+	for _, limit := range []int{req.MaxTokens, req.NPredict} {
+		if limit > 0 && limit < j.n {
+			j.n = limit
+		}
+	}
+	words := len(strings.Fields(fmt.Sprint(req.Prompt)))
+	for _, m := range req.Messages {
+		words += len(strings.Fields(fmt.Sprint(m.Content)))
+	}
+	j.prompt = max(words, 1) // a rough count: one token per word
+	return j
 }
 
 func tokenText(i int) string { return fmt.Sprintf("tok%d ", i) }
 
-// generate produces n tokens, paced by --fake-token-rate, calling emit for each.
+// generate produces j.n tokens, paced by --fake-token-rate, calling emit for each.
 // It stops early with errCut on SIGTERM, or the context's error when the client leaves;
 // a broken worker never returns: the process aborts (fact 13).
-func (s *server) generate(ctx context.Context, w http.ResponseWriter, n int, emit func(i int) error) error {
+func (s *server) generate(ctx context.Context, w http.ResponseWriter, j job, emit func(i int) error) error {
 	var interval time.Duration
 	if s.cfg.tokenRate > 0 {
 		interval = time.Duration(float64(time.Second) / s.cfg.tokenRate)
 	}
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	for i := 0; i < n; i++ {
+	for i := 0; i < j.n; i++ {
 		select {
 		case <-timer.C:
 			timer.Reset(interval)
@@ -101,10 +121,10 @@ func (s *server) generate(ctx context.Context, w http.ResponseWriter, n int, emi
 	return nil
 }
 
-// completeChat answers with one JSON body in the OpenAI shape.
-func (s *server) completeChat(w http.ResponseWriter, r *http.Request, model string, prompt, n int) {
+// completeWhole answers with one JSON body.
+func (s *server) completeWhole(w http.ResponseWriter, r *http.Request, j job) {
 	var text strings.Builder
-	err := s.generate(r.Context(), w, n, func(i int) error {
+	err := s.generate(r.Context(), w, j, func(i int) error {
 		text.WriteString(tokenText(i))
 		return nil
 	})
@@ -114,14 +134,7 @@ func (s *server) completeChat(w http.ResponseWriter, r *http.Request, model stri
 	if err != nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id": "chatcmpl-fake", "object": "chat.completion", "created": time.Now().Unix(),
-		"model": model,
-		"choices": []map[string]any{{"index": 0, "finish_reason": "length",
-			"message": map[string]string{"role": "assistant", "content": text.String()}}},
-		"usage": map[string]int{"prompt_tokens": prompt, "completion_tokens": n,
-			"total_tokens": prompt + n},
-	})
+	writeJSON(w, http.StatusOK, j.format.whole(j, text.String()))
 }
 
 // abort is the real head's GGML_ABORT when a worker is gone (fact 13): the client gets
