@@ -57,7 +57,7 @@ func testMain(m *testing.M) int {
 const waitTimeout = 15 * time.Second
 
 // poll calls cond until it holds or the deadline passes.
-func poll(t *testing.T, what string, cond func() bool) {
+func poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for !cond() {
@@ -95,7 +95,7 @@ type proc struct {
 }
 
 // startBin starts binDir/name with args; t.Cleanup kills its process group and reaps it.
-func startBin(t *testing.T, name string, args ...string) *proc {
+func startBin(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
@@ -123,13 +123,13 @@ func startBin(t *testing.T, name string, args ...string) *proc {
 }
 
 // start runs the fake in a mode: start(t, "rpc-server", ...) or start(t, "server", ...).
-func start(t *testing.T, mode string, args ...string) *proc {
+func start(t testing.TB, mode string, args ...string) *proc {
 	t.Helper()
 	return startBin(t, "fake-llama", append([]string{mode}, args...)...)
 }
 
 // waitLog waits until the output matches re and returns the first submatch (or the match).
-func (p *proc) waitLog(t *testing.T, re string) string {
+func (p *proc) waitLog(t testing.TB, re string) string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
 	var m []string
@@ -152,7 +152,7 @@ func (p *proc) exited() bool {
 	}
 }
 
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("send %v: %v", sig, err)
@@ -161,7 +161,7 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 
 // waitExit waits for the process to end and returns its status as a shell reports it
 // (128+signal for a process killed by a signal, so SIGABRT is 134).
-func (p *proc) waitExit(t *testing.T) int {
+func (p *proc) waitExit(t testing.TB) int {
 	t.Helper()
 	poll(t, "process exit", p.exited)
 	ws := p.state.Sys().(syscall.WaitStatus)
@@ -172,7 +172,7 @@ func (p *proc) waitExit(t *testing.T) int {
 }
 
 // killedBy is the signal that ended the process, 0 if it exited on its own.
-func (p *proc) killedBy(t *testing.T) syscall.Signal {
+func (p *proc) killedBy(t testing.TB) syscall.Signal {
 	t.Helper()
 	poll(t, "process exit", p.exited)
 	if ws := p.state.Sys().(syscall.WaitStatus); ws.Signaled() {
@@ -182,14 +182,14 @@ func (p *proc) killedBy(t *testing.T) syscall.Signal {
 }
 
 // startWorker starts an rpc-server on a free loopback port and returns it and its address.
-func startWorker(t *testing.T, args ...string) (*proc, string) {
+func startWorker(t testing.TB, args ...string) (*proc, string) {
 	t.Helper()
 	p := start(t, "rpc-server", append([]string{"-H", "127.0.0.1", "-p", "0"}, args...)...)
 	return p, p.waitLog(t, `endpoint\s+: (\S+)`)
 }
 
 // startHead starts a llama-server on a free loopback port and returns it and its base URL.
-func startHead(t *testing.T, args ...string) (*proc, string) {
+func startHead(t testing.TB, args ...string) (*proc, string) {
 	t.Helper()
 	p := start(t, "server", append([]string{"--host", "127.0.0.1", "--port", "0"}, args...)...)
 	port := p.waitLog(t, `HTTP server is listening, hostname: \S+, port: (\d+)`)
@@ -197,7 +197,7 @@ func startHead(t *testing.T, args ...string) (*proc, string) {
 }
 
 // waitReady polls /health until 200.
-func waitReady(t *testing.T, base string) {
+func waitReady(t testing.TB, base string) {
 	t.Helper()
 	poll(t, base+" ready", func() bool {
 		code, _ := get(t, base+"/health")
@@ -208,7 +208,7 @@ func waitReady(t *testing.T, base string) {
 var client = &http.Client{Timeout: waitTimeout}
 
 // get returns the status and body, or 0 and "" when the request failed.
-func get(t *testing.T, url string) (int, string) {
+func get(t testing.TB, url string) (int, string) {
 	t.Helper()
 	resp, err := client.Get(url)
 	if err != nil {
@@ -223,7 +223,7 @@ func postChat(base, body string) (*http.Response, error) {
 	return client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 }
 
-func decodeJSON(t *testing.T, s string, v any) {
+func decodeJSON(t testing.TB, s string, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(s), v); err != nil {
 		t.Fatalf("decode %q: %v", s, err)
@@ -245,7 +245,7 @@ func sseEvents(r io.Reader, each func(data string)) error {
 }
 
 // metric reads one llamacpp: value from /metrics, -1 when missing.
-func metric(t *testing.T, base, name string) int {
+func metric(t testing.TB, base, name string) int {
 	t.Helper()
 	_, body := get(t, base+"/metrics")
 	m := regexp.MustCompile(`(?m)^llamacpp:` + name + ` (\d+)$`).FindStringSubmatch(body)
