@@ -53,15 +53,26 @@ func TestHangHealth(t *testing.T) {
 	}
 }
 
-// --fake-startup-delay: the worker listens only after the delay.
-func TestRPCStartupDelay(t *testing.T) {
-	began := time.Now()
-	w, _ := startWorker(t, "--fake-startup-delay", "300ms")
-	if took := time.Since(began); took < 300*time.Millisecond {
-		t.Errorf("worker listening after %v, want at least 300ms", took)
+// --fake-startup-delay: the process listens only after the delay.
+func TestStartupDelay(t *testing.T) {
+	tests := []struct {
+		name  string
+		start func(t testing.TB, args ...string) (*proc, string)
+	}{
+		{name: "rpc-server", start: startWorker},
+		{name: "server", start: startHead},
 	}
-	if w.exited() {
-		t.Errorf("worker exited")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			began := time.Now()
+			p, _ := tt.start(t, "--fake-startup-delay", "300ms")
+			if took := time.Since(began); took < 300*time.Millisecond {
+				t.Errorf("listening after %v, want at least 300ms", took)
+			}
+			if p.exited() {
+				t.Errorf("process exited")
+			}
+		})
 	}
 }
 

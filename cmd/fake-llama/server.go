@@ -37,6 +37,9 @@ func runServer(cfg config, stderr io.Writer) int {
 	s := &server{cfg: cfg, log: stderr, slots: newSlotTable(cfg.parallel), cut: make(chan struct{})}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if cfg.startupDelay > 0 {
+		time.Sleep(cfg.startupDelay)
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.host, fmt.Sprint(cfg.port)))
 	if err != nil {
 		fmt.Fprintf(stderr, "main: couldn't bind HTTP server socket, hostname: %s, port: %d: %v\n",
