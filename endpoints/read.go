@@ -82,7 +82,7 @@ func ReadDir(dir string, opts ReadOptions) (Scan, error) {
 		}
 		if err != nil {
 			log.Warn("endpoint file rejected", "file", printable(name), "error", err)
-			scan.Rejected = append(scan.Rejected, Rejected{File: printable(name), Reason: err.Error()})
+			scan.Rejected = append(scan.Rejected, Rejected{File: printable(name), Reason: printable(err.Error())})
 			continue
 		}
 		scan.Entries = append(scan.Entries, Entry{File: name, Endpoint: e})

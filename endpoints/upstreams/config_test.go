@@ -1,0 +1,96 @@
+package upstreams
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/endpoints"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		toml    string
+		wantErr string // substring; "" means valid
+	}{
+		{name: "minimal", toml: "endpoint_dir = \"/e\"\n[tiers.fast]\n"},
+		{name: "unknown top key", toml: "endpoint_dir = \"/e\"\nendpiont_dir = \"/x\"\n[tiers.fast]\n", wantErr: "c.toml:2: unknown key endpiont_dir"},
+		{name: "unknown nested key", toml: "endpoint_dir = \"/e\"\n[tiers.fast]\n\n[nginx]\ntset = [\"x\"]\n", wantErr: "c.toml:5: unknown key nginx.tset"},
+		{name: "unknown tier key", toml: "endpoint_dir = \"/e\"\n[tiers.fast]\nbakup = \"x\"\n", wantErr: "c.toml:3: unknown key tiers.fast.bakup"},
+		{name: "no tiers", toml: "endpoint_dir = \"/e\"\n", wantErr: "at least one"},
+		{name: "bad tier name", toml: "endpoint_dir = \"/e\"\n[tiers.Fast]\n", wantErr: "tier \"Fast\""},
+		{name: "backup unknown", toml: "endpoint_dir = \"/e\"\n[tiers.r]\nbackup = \"fast\"\n", wantErr: "tiers.r.backup"},
+		{name: "backup itself", toml: "endpoint_dir = \"/e\"\n[tiers.r]\nbackup = \"r\"\n", wantErr: "tiers.r.backup"},
+		{name: "colliding nginx names", toml: "endpoint_dir = \"/e\"\n[tiers.a-b]\n[tiers.a_b]\n", wantErr: "same nginx name"},
+		{name: "relative dir", toml: "endpoint_dir = \"e\"\n[tiers.fast]\n", wantErr: "endpoint_dir"},
+		{name: "bad duration", toml: "endpoint_dir = \"/e\"\nsweep_interval = \"soon\"\n[tiers.fast]\n", wantErr: "soon"},
+		{name: "zero duration", toml: "endpoint_dir = \"/e\"\nsweep_interval = \"0s\"\n[tiers.fast]\n", wantErr: "sweep_interval"},
+		{name: "empty reload argv", toml: "endpoint_dir = \"/e\"\n[tiers.fast]\n[nginx]\nreload = []\n", wantErr: "nginx.reload"},
+		{name: "numeric owner", toml: "endpoint_dir = \"/e\"\nallowed_owners = [\"0\", \"root\"]\n[tiers.fast]\n"},
+		{name: "unknown owner", toml: "endpoint_dir = \"/e\"\nallowed_owners = [\"no-such-user-xyz\"]\n[tiers.fast]\n", wantErr: "allowed_owners"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("c.toml", []byte(tt.toml))
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Parse = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Parse = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// The shipped example must load and mean what it says.
+func TestShippedConfig(t *testing.T) {
+	path := filepath.Join("..", "..", "etc", "upstreams.toml")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("no %s yet", path)
+	}
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatalf("load shipped config: %v", err)
+	}
+	want := []endpoints.TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}}
+	if d := cmp.Diff(want, cfg.TierSpecs()); d != "" {
+		t.Errorf("tiers (-want +got):\n%s", d)
+	}
+	if cfg.SweepInterval != 5*time.Second || cfg.OutputDir != "/etc/nginx/slurm-llm" {
+		t.Errorf("sweep %v output %s", cfg.SweepInterval, cfg.OutputDir)
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := Parse("c.toml", []byte("endpoint_dir = \"/e\"\n[tiers.fast]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []any{cfg.OutputDir, cfg.Nginx.Test, cfg.Nginx.Reload, cfg.SweepInterval, cfg.Coalesce, cfg.Scheduler.Check}
+	want := []any{"/etc/nginx/slurm-llm", []string{"nginx", "-t", "-q"}, []string{"nginx", "-s", "reload"},
+		5 * time.Second, 100 * time.Millisecond, true}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("endpoint_dir = \"/e\"\n[tiers.fast]\n[tiers.r]\nbackup = \"fast\"\n"))
+	f.Add([]byte("[nginx]\ntest = [\"a\"]\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := Parse("f.toml", b)
+		if err != nil {
+			return
+		}
+		for _, ts := range cfg.TierSpecs() {
+			if endpoints.CheckTier(ts.Name) != nil {
+				t.Fatalf("accepted bad tier %q", ts.Name)
+			}
+		}
+	})
+}

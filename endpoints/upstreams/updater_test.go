@@ -1,0 +1,264 @@
+package upstreams
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/endpoints"
+)
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// testEndpoint is a ready endpoint of tier/job on host:port, lease 1 min after t0.
+func testEndpoint(tier, job, host string, port int) endpoints.Endpoint {
+	return endpoints.Endpoint{
+		Schema: endpoints.SchemaVersion, Tier: tier, JobID: job, Host: host, Port: port,
+		State: endpoints.StateReady, Models: []string{"m"}, Node: "node1", PID: 1,
+		StartedAt: t0, Heartbeat: t0, LeaseExpires: t0.Add(time.Minute),
+	}
+}
+
+// testConfig is a config on temp dirs with tiers fast and reasoning (backup fast).
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	root := t.TempDir()
+	cfg, err := Parse("test.toml", []byte(`
+endpoint_dir = "`+filepath.Join(root, "endpoints")+`"
+output_dir = "`+filepath.Join(root, "nginx")+`"
+lock_file = "`+filepath.Join(root, "lock")+`"
+sweep_interval = "50ms"
+coalesce = "10ms"
+[tiers.fast]
+[tiers.reasoning]
+backup = "fast"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{cfg.EndpointDir, cfg.OutputDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg
+}
+
+type fakeResolver map[string][]string
+
+func (f fakeResolver) LookupHost(_ context.Context, host string) ([]string, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+type fakeJobs struct {
+	states map[string]string
+	err    error
+}
+
+func (f fakeJobs) JobStates(context.Context, []string) (map[string]string, error) { return f.states, f.err }
+
+func TestPass(t *testing.T) {
+	type tierView struct {
+		Tier, ServedBy string
+		Servers        []string
+	}
+	tests := []struct {
+		name      string
+		files     []endpoints.Endpoint
+		jobs      fakeJobs
+		want      []tierView
+		wantWhy   []string
+		wantUnver bool
+	}{
+		{name: "nothing published", want: []tierView{{"fast", "", nil}, {"reasoning", "", nil}}},
+		{name: "fast ready serves reasoning as backup", files: []endpoints.Endpoint{testEndpoint("fast", "1", "10.0.0.1", 8080)},
+			jobs: fakeJobs{states: map[string]string{"1": "RUNNING"}},
+			want: []tierView{{"fast", "fast", []string{"10.0.0.1:8080"}}, {"reasoning", "fast", []string{"10.0.0.1:8080"}}},
+			wantWhy: []string{"ready"}},
+		{name: "host name resolved, unresolvable dropped",
+			files: []endpoints.Endpoint{testEndpoint("fast", "1", "node1", 8080), testEndpoint("reasoning", "2", "ghost", 8081)},
+			jobs:  fakeJobs{states: map[string]string{"1": "RUNNING", "2": "RUNNING"}},
+			want:  []tierView{{"fast", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}, {"reasoning", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}},
+			wantWhy: []string{"ready", "host does not resolve"}},
+		{name: "job not running dropped", files: []endpoints.Endpoint{testEndpoint("fast", "1", "10.0.0.1", 8080)},
+			jobs: fakeJobs{states: map[string]string{"1": "COMPLETING"}},
+			want: []tierView{{"fast", "", nil}, {"reasoning", "", nil}}, wantWhy: []string{"job COMPLETING"}},
+		{name: "scheduler error keeps entry unverified", files: []endpoints.Endpoint{testEndpoint("reasoning", "1", "10.0.0.1", 8080)},
+			jobs: fakeJobs{err: errors.New("slurmctld down")},
+			want: []tierView{{"fast", "", nil}, {"reasoning", "reasoning", []string{"10.0.0.1:8080"}}}, wantWhy: []string{"ready"}, wantUnver: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			for _, e := range tt.files {
+				if err := endpoints.Write(cfg.EndpointDir, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f := &fakeNginx{dir: cfg.OutputDir}
+			u := New(cfg, Options{Runner: f, Checker: tt.jobs, Now: func() time.Time { return t0 },
+				Resolver: fakeResolver{"node1": {"fd00::1", "10.1.1.1", "10.1.1.1"}}})
+			rep, err := u.Pass(context.Background())
+			if err != nil {
+				t.Fatalf("pass: %v", err)
+			}
+			var got []tierView
+			for _, tr := range rep.Tiers {
+				got = append(got, tierView{tr.Tier, tr.ServedBy, tr.Servers})
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("tiers (-want +got):\n%s", d)
+			}
+			var whys []string
+			unverified := false
+			for _, d := range rep.Decisions {
+				whys = append(whys, d.Why)
+				unverified = unverified || d.Unverified
+			}
+			if d := cmp.Diff(tt.wantWhy, whys); d != "" || unverified != tt.wantUnver {
+				t.Errorf("whys (-want +got):\n%s unverified %v", d, unverified)
+			}
+			if !rep.Reloaded {
+				t.Errorf("first pass did not reload")
+			}
+		})
+	}
+}
+
+// A second pass over the same files writes nothing and reloads nothing.
+func TestPassTwiceReloadsOnce(t *testing.T) {
+	cfg := testConfig(t)
+	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNginx{dir: cfg.OutputDir}
+	m := &Metrics{}
+	u := New(cfg, Options{Runner: f, Now: func() time.Time { return t0 }, Metrics: m})
+	for i := 0; i < 3; i++ {
+		if _, err := u.Pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := cmp.Diff([]string{"test", "reload"}, f.calls); d != "" {
+		t.Errorf("nginx calls (-want +got):\n%s", d)
+	}
+	var b bytes.Buffer
+	if err := m.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"llm_upstreams_passes_total 3", "llm_upstreams_reloads_total 1", `llm_upstreams_endpoints{tier="fast"} 1`, `llm_upstreams_endpoints{tier="reasoning"} 1`} {
+		if !strings.Contains(b.String(), line+"\n") {
+			t.Errorf("metrics lack %q:\n%s", line, b.String())
+		}
+	}
+}
+
+// A failing nginx test is counted and leaves the last good files.
+func TestPassTestFailureCounted(t *testing.T) {
+	cfg := testConfig(t)
+	f := &fakeNginx{dir: cfg.OutputDir}
+	m := &Metrics{}
+	u := New(cfg, Options{Runner: f, Now: func() time.Time { return t0 }, Metrics: m})
+	if _, err := u.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	good := readDirFiles(cfg.OutputDir)
+	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
+		t.Fatal(err)
+	}
+	f.fail = map[string]bool{"test": true}
+	if _, err := u.Pass(context.Background()); !errors.Is(err, ErrTestFailed) {
+		t.Fatalf("pass = %v, want ErrTestFailed", err)
+	}
+	if d := cmp.Diff(good, readDirFiles(cfg.OutputDir)); d != "" {
+		t.Errorf("files after failed test (-good +got):\n%s", d)
+	}
+	var b bytes.Buffer
+	_ = m.WritePrometheus(&b)
+	if !strings.Contains(b.String(), "llm_upstreams_test_failures_total 1\n") {
+		t.Errorf("test failure not counted:\n%s", b.String())
+	}
+}
+
+// The endpoint dir missing (shared file system not mounted) must not empty
+// every tier: the pass fails and the last good files stay.
+func TestPassMissingDirKeepsFiles(t *testing.T) {
+	cfg := testConfig(t)
+	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNginx{dir: cfg.OutputDir}
+	u := New(cfg, Options{Runner: f, Now: func() time.Time { return t0 }})
+	if _, err := u.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	good := readDirFiles(cfg.OutputDir)
+	if err := os.RemoveAll(cfg.EndpointDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Pass(context.Background()); err == nil {
+		t.Fatalf("pass over a missing dir = nil error")
+	}
+	if d := cmp.Diff(good, readDirFiles(cfg.OutputDir)); d != "" {
+		t.Errorf("files changed (-good +got):\n%s", d)
+	}
+}
+
+func TestLockExcludes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "lock")
+	unlock, err := Lock(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := Lock(ctx, path); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Lock while held = %v, want deadline exceeded", err)
+	}
+	unlock()
+	unlock2, err := Lock(context.Background(), path)
+	if err != nil {
+		t.Fatalf("Lock after release: %v", err)
+	}
+	unlock2()
+}
+
+func TestWriteStatus(t *testing.T) {
+	cfg := testConfig(t)
+	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.EndpointDir, "fast-2.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u := New(cfg, Options{Runner: &fakeNginx{}, Now: func() time.Time { return t0 }})
+	rep, _, err := u.Evaluate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text, js bytes.Buffer
+	if err := WriteStatus(&text, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteStatus(&js, rep, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fast (backup)", "10.0.0.1:8080", "fast-2.json", "unexpected end of JSON"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, text.String())
+		}
+	}
+	if !strings.Contains(js.String(), `"served_by": "fast"`) {
+		t.Errorf("json status lacks served_by:\n%s", js.String())
+	}
+}
