@@ -65,7 +65,9 @@ type fakeJobs struct {
 	err    error
 }
 
-func (f fakeJobs) JobStates(context.Context, []string) (map[string]string, error) { return f.states, f.err }
+func (f fakeJobs) JobStates(context.Context, []string) (map[string]string, error) {
+	return f.states, f.err
+}
 
 func TestPass(t *testing.T) {
 	type tierView struct {
@@ -82,13 +84,13 @@ func TestPass(t *testing.T) {
 	}{
 		{name: "nothing published", want: []tierView{{"fast", "", nil}, {"reasoning", "", nil}}},
 		{name: "fast ready serves reasoning as backup", files: []endpoints.Endpoint{testEndpoint("fast", "1", "10.0.0.1", 8080)},
-			jobs: fakeJobs{states: map[string]string{"1": "RUNNING"}},
-			want: []tierView{{"fast", "fast", []string{"10.0.0.1:8080"}}, {"reasoning", "fast", []string{"10.0.0.1:8080"}}},
+			jobs:    fakeJobs{states: map[string]string{"1": "RUNNING"}},
+			want:    []tierView{{"fast", "fast", []string{"10.0.0.1:8080"}}, {"reasoning", "fast", []string{"10.0.0.1:8080"}}},
 			wantWhy: []string{"ready"}},
 		{name: "host name resolved, unresolvable dropped",
-			files: []endpoints.Endpoint{testEndpoint("fast", "1", "node1", 8080), testEndpoint("reasoning", "2", "ghost", 8081)},
-			jobs:  fakeJobs{states: map[string]string{"1": "RUNNING", "2": "RUNNING"}},
-			want:  []tierView{{"fast", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}, {"reasoning", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}},
+			files:   []endpoints.Endpoint{testEndpoint("fast", "1", "node1", 8080), testEndpoint("reasoning", "2", "ghost", 8081)},
+			jobs:    fakeJobs{states: map[string]string{"1": "RUNNING", "2": "RUNNING"}},
+			want:    []tierView{{"fast", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}, {"reasoning", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}},
 			wantWhy: []string{"ready", "host does not resolve"}},
 		{name: "job not running dropped", files: []endpoints.Endpoint{testEndpoint("fast", "1", "10.0.0.1", 8080)},
 			jobs: fakeJobs{states: map[string]string{"1": "COMPLETING"}},
