@@ -1,0 +1,255 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// ErrGaveUp is wrapped by the error Run returns when the supervisor gave up
+// on the tier (failure budget spent, too few workers left). The error text
+// says why.
+var ErrGaveUp = errors.New("gave up")
+
+// defaultStartupPoll is how often starting processes are checked.
+const defaultStartupPoll = 100 * time.Millisecond
+
+// Options configure a Runner. Launcher is required; every other field has
+// a default when zero.
+type Options struct {
+	// Launcher starts the tier's processes.
+	Launcher Launcher
+	// Logger receives one line per state change and per process event; hclog.NewNullLogger() by default.
+	Logger hclog.Logger
+	// Now is the clock for every time-based decision; time.Now by default.
+	Now func() time.Time
+	// Rand returns numbers in [0, 1) for the restart jitter; math/rand.Float64 by default.
+	Rand func() float64
+	// HTTPClient talks to the head; a plain http.Client by default (each
+	// request has its own timeout from the plan).
+	HTTPClient *http.Client
+	// Replan rebuilds the plan for a smaller set of worker nodes (Config.Plan
+	// with PlanInput.Workers). Nil means a worker node is never dropped: when
+	// it cannot start, the supervisor gives up.
+	Replan func(workers []string) (*Plan, error)
+	// Observer, if set, is called on the runner's goroutine with every Event,
+	// in order. It must return quickly.
+	Observer func(Event)
+	// PID is published in the endpoint file; os.Getpid() by default.
+	PID int
+	// StartupPoll is how often starting processes are probed and startup
+	// deadlines checked; 100ms by default.
+	StartupPoll time.Duration
+}
+
+// StopReason says why the tier is asked to stop; it is published as the
+// endpoint's reason while draining.
+type StopReason string
+
+// The reasons for an ordered stop.
+const (
+	ReasonShutdown  StopReason = "shutdown"
+	ReasonCancelled StopReason = "cancelled"
+	ReasonPreempted StopReason = "preempted"
+	ReasonTimeLimit StopReason = "time limit"
+)
+
+// StopRequest asks a running tier for an ordered stop. SkipDrain skips the
+// wait for in-flight requests (a second signal: stop now).
+type StopRequest struct {
+	Reason    StopReason
+	SkipDrain bool
+}
+
+// Runner brings one tier up, keeps it up, publishes its endpoint file and
+// stops it in order. One goroutine (Run's) owns all of its lifecycle state;
+// everything else reaches it through channels.
+type Runner struct {
+	plan   *Plan
+	opts   Options
+	log    hclog.Logger
+	policy *RestartPolicy
+
+	stopCh chan StopRequest
+	msgs   chan any
+	quit   chan struct{}
+
+	// Owned by the Run goroutine.
+	state     State
+	reason    string
+	startedAt time.Time
+	head      *member
+	workers   []*member
+	retired   []*member
+	restartAt time.Time
+	models    []string
+	drain     drainState
+	err       error
+	poll      *time.Ticker
+	pollEvery time.Duration
+	wake      *time.Timer
+	heartbeat *time.Ticker
+}
+
+// New returns a Runner for plan. It checks that plan can be run.
+func New(plan *Plan, opts Options) (*Runner, error) {
+	if err := checkRunnable(plan, opts); err != nil {
+		return nil, fmt.Errorf("new runner: %w", err)
+	}
+	opts = withDefaults(opts)
+	r := &Runner{
+		plan: plan, opts: opts, log: opts.Logger,
+		policy: NewRestartPolicy(plan.Restart, opts.Rand),
+		stopCh: make(chan StopRequest, 4), msgs: make(chan any, 16), quit: make(chan struct{}),
+		state: StateStarting, reason: "starting",
+	}
+	r.applyPlan(plan)
+	return r, nil
+}
+
+// checkRunnable rejects what would make Run panic or spin.
+func checkRunnable(plan *Plan, opts Options) error {
+	switch {
+	case plan == nil:
+		return errors.New("no plan")
+	case opts.Launcher == nil:
+		return errors.New("no launcher")
+	case plan.Head.Name == "" || len(plan.Head.Argv) == 0:
+		return errors.New("plan has no head process")
+	}
+	t := plan.Timeouts
+	for _, d := range []time.Duration{t.WorkerStart, t.Load, t.HealthInterval, t.HealthTimeout,
+		t.UnhealthyAfter, t.StopGrace, t.Heartbeat, t.Lease, plan.Drain.InFlightPoll} {
+		if d <= 0 {
+			return fmt.Errorf("plan has a timeout that is not positive: %+v, drain poll %s", t, plan.Drain.InFlightPoll)
+		}
+	}
+	return nil
+}
+
+// withDefaults fills in the zero fields of opts.
+func withDefaults(o Options) Options {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{}
+	}
+	if o.PID == 0 {
+		o.PID = os.Getpid()
+	}
+	if o.StartupPoll <= 0 {
+		o.StartupPoll = defaultStartupPoll
+	}
+	return o
+}
+
+// Stop asks the tier for an ordered stop. It never blocks and is safe to
+// call from any goroutine, before or during Run; a second request with
+// SkipDrain cuts a running drain short.
+func (r *Runner) Stop(req StopRequest) {
+	select {
+	case r.stopCh <- req:
+	default:
+		r.log.Warn("stop request dropped: too many pending", "reason", req.Reason)
+	}
+}
+
+// Run brings the tier up and supervises it until an ordered stop ends
+// (nil) or the supervisor gives up (an error wrapping ErrGaveUp). Every
+// process it started is gone when it returns, and the endpoint file is
+// removed. Cancelling ctx is a stop that skips the drain.
+func (r *Runner) Run(ctx context.Context) error {
+	defer close(r.quit)
+	r.startedAt = r.opts.Now()
+	r.poll = time.NewTicker(r.opts.StartupPoll)
+	r.pollEvery = r.opts.StartupPoll
+	r.heartbeat = time.NewTicker(r.plan.Timeouts.Heartbeat)
+	r.wake = time.NewTimer(time.Hour)
+	r.wake.Stop()
+	defer r.poll.Stop()
+	defer r.heartbeat.Stop()
+	r.log.Info("tier state", "to", r.state, "reason", r.reason, "workers", len(r.workers))
+	r.emit(Event{Kind: EventState, State: r.state, Reason: r.reason})
+	r.writeEndpoint()
+	r.reconcile()
+	done := ctx.Done()
+	for !r.state.Terminal() {
+		select {
+		case <-done:
+			done = nil
+			r.handleStop(StopRequest{Reason: ReasonShutdown, SkipDrain: true})
+		case req := <-r.stopCh:
+			r.handleStop(req)
+		case m := <-r.msgs:
+			r.handleMsg(m)
+		case <-r.poll.C:
+			r.handlePoll()
+		case <-r.heartbeat.C:
+			r.writeEndpoint()
+		case <-r.wake.C:
+			r.reconcile()
+		}
+		r.updatePoll()
+	}
+	return r.err
+}
+
+// send delivers a message from a helper goroutine to the Run goroutine,
+// unless Run has returned.
+func (r *Runner) send(m any) {
+	select {
+	case r.msgs <- m:
+	case <-r.quit:
+	}
+}
+
+// handleMsg dispatches a message from a helper goroutine.
+func (r *Runner) handleMsg(m any) {
+	switch m := m.(type) {
+	case exitMsg:
+		r.handleExit(m)
+	case readyMsg:
+		r.handleReady(m)
+	case probeMsg:
+		r.handleProbe(m)
+	case healthMsg:
+		r.handleHealth(m)
+	case inFlightMsg:
+		r.handleInFlight(m)
+	}
+}
+
+// setState moves the tier to a new state with one log line, an Event and
+// an endpoint refresh. A transition CanTransition forbids is a bug: it is
+// logged and ignored.
+func (r *Runner) setState(to State, reason string) {
+	if !CanTransition(r.state, to) {
+		r.log.Error("bug: state transition not allowed", "from", r.state, "to", to, "reason", reason)
+		return
+	}
+	from := r.state
+	r.state, r.reason = to, reason
+	switch to {
+	case StateFailed:
+		r.log.Error("gave up", "from", from, "reason", reason)
+	case StateRecovering:
+		r.log.Warn("tier state", "from", from, "to", to, "reason", reason)
+	default:
+		r.log.Info("tier state", "from", from, "to", to, "reason", reason)
+	}
+	r.emit(Event{Kind: EventState, State: to, Reason: reason})
+	r.writeEndpoint()
+}

@@ -1,0 +1,154 @@
+package supervisor
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Messages from helper goroutines to the Run goroutine. gen is the start
+// they belong to; a message about an older start is ignored.
+type (
+	exitMsg struct {
+		name   string
+		gen    int
+		pid    int
+		result ExitResult
+	}
+	readyMsg struct {
+		name string
+		gen  int
+		how  string
+	}
+	probeMsg struct {
+		name string
+		gen  int
+		err  error
+	}
+)
+
+// handleExit takes a process's exit: expected (the runner stopped it) or a
+// failure of a worker or of the head.
+func (r *Runner) handleExit(m exitMsg) {
+	mem := r.find(m.name)
+	if mem == nil || mem.gen != m.gen {
+		return
+	}
+	was := mem.phase
+	mem.phase, mem.h, mem.checking = phaseDown, nil, false
+	kind := "unexpected"
+	if was == phaseStopping {
+		kind = "expected"
+	}
+	r.emit(Event{Kind: EventExited, Process: m.name, PID: m.pid, Result: m.result, Reason: kind})
+	if was == phaseStopping || r.state == StateDraining {
+		r.log.Info("process exited", "process", m.name, "pid", m.pid, "cause", m.result.String(), "expected", was == phaseStopping)
+		r.reconcile()
+		return
+	}
+	r.log.Warn("process exited", "process", m.name, "node", mem.spec.Node, "pid", m.pid, "cause", m.result.String(),
+		"exit_code", m.result.Code, "signal", int(m.result.Signal), "oom", m.result.OOM)
+	cause := "exited: " + m.result.String()
+	switch {
+	case mem == r.head:
+		r.handleHeadExit(cause)
+	case was == phaseStarting:
+		r.workerStartFailed(mem, cause)
+	default:
+		r.failure(mem, cause)
+	}
+}
+
+// handleHeadExit restarts the head alone: the workers keep running and
+// take the new head's connection.
+func (r *Runner) handleHeadExit(cause string) {
+	r.failure(r.head, cause)
+}
+
+// failure takes the tier out of service, asks the restart policy, and
+// either gives up or schedules the restart (reconcile does it once the
+// backoff has passed; for a worker, the head is stopped first).
+func (r *Runner) failure(m *member, cause string) {
+	f := Failure{Process: m.spec.Name, Cause: cause}
+	r.setState(StateRecovering, f.String())
+	d, delay := r.policy.Decide(f, r.opts.Now())
+	if d.Action == ActionGiveUp {
+		r.giveUp(d.Reason)
+		return
+	}
+	r.restartAt = r.opts.Now().Add(delay)
+	if m != r.head && r.head.running() {
+		r.stopProcess(r.head, "worker "+m.spec.Name+" failed")
+	}
+	if delay > 0 {
+		r.log.Info("restart scheduled", "process", m.spec.Name, "delay", delay)
+	}
+	r.reconcile()
+}
+
+// workerStartFailed counts a worker's failed start; after
+// WorkerStartFailures in a row its node is dropped (or the supervisor gives
+// up when too few workers would be left).
+func (r *Runner) workerStartFailed(w *member, cause string) {
+	w.startFails++
+	limit := r.plan.Restart.WorkerStartFailures
+	if limit > 0 && w.startFails >= limit {
+		r.dropWorker(w, fmt.Sprintf("failed to start %d times in a row, last %s", w.startFails, cause))
+		return
+	}
+	r.failure(w, "failed to start: "+cause)
+}
+
+// dropWorker leaves w's node out of the tier if MinWorkers still hold,
+// rebuilding the plan (--rpc and the split change), else gives up.
+func (r *Runner) dropWorker(w *member, why string) {
+	var remaining []string
+	for _, o := range r.workers {
+		if o != w {
+			remaining = append(remaining, o.spec.Node)
+		}
+	}
+	if len(remaining) < r.plan.MinWorkers || len(remaining) == 0 || r.opts.Replan == nil {
+		r.giveUp(fmt.Sprintf("worker %s %s; %d workers would be left, min_workers is %d",
+			w.spec.Name, why, len(remaining), r.plan.MinWorkers))
+		return
+	}
+	np, err := r.opts.Replan(remaining)
+	if err != nil {
+		r.giveUp(fmt.Sprintf("worker %s %s; cannot plan without it: %v", w.spec.Name, why, err))
+		return
+	}
+	r.setState(StateRecovering, "worker "+w.spec.Name+" dropped: "+why)
+	r.log.Warn("worker dropped", "process", w.spec.Name, "node", w.spec.Node, "workers_left", strings.Join(remaining, ","))
+	r.emit(Event{Kind: EventDropped, Process: w.spec.Name, Reason: why})
+	r.stopProcess(w, "dropped")
+	r.stopProcess(r.head, "worker set changed")
+	r.applyPlan(np)
+	r.reconcile()
+}
+
+// handleReady marks a worker ready (ready pattern or startup probe) and
+// starts the head when it was the last one.
+func (r *Runner) handleReady(m readyMsg) {
+	w := r.find(m.name)
+	if w == nil || w == r.head || w.gen != m.gen || w.phase != phaseStarting {
+		return
+	}
+	w.phase, w.startFails = phaseReady, 0
+	r.log.Info("worker ready", "process", w.spec.Name, "node", w.spec.Node, "how", m.how,
+		"after", r.opts.Now().Sub(w.startedAt).Round(time.Millisecond))
+	r.emit(Event{Kind: EventReady, Process: w.spec.Name, Reason: m.how})
+	r.reconcile()
+}
+
+// handleProbe takes the result of a startup TCP probe of a worker.
+func (r *Runner) handleProbe(m probeMsg) {
+	w := r.find(m.name)
+	if w == nil || w.gen != m.gen {
+		return
+	}
+	w.checking = false
+	if m.err == nil {
+		r.handleReady(readyMsg{name: m.name, gen: m.gen, how: "port accepts connections"})
+	}
+}

@@ -1,0 +1,133 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"slurm-llm/health"
+)
+
+// healthMsg is the result of one /health check of the head (and, once per
+// start, of its /v1/models).
+type healthMsg struct {
+	gen    int
+	status health.Status
+	err    error
+	models []string
+}
+
+// handlePoll runs on each poll tick: startup deadlines and probes, head
+// health, or the drain's in-flight check.
+func (r *Runner) handlePoll() {
+	if r.state == StateDraining {
+		r.checkDrain()
+		return
+	}
+	now := r.opts.Now()
+	for _, w := range r.workers {
+		if w.phase == phaseStarting {
+			r.pollStartingWorker(w, now)
+		}
+	}
+	if r.head.phase == phaseStarting || r.head.phase == phaseReady {
+		r.pollHead(now)
+	}
+}
+
+// pollStartingWorker enforces WorkerStart and probes the worker's port.
+// The probe runs only while no head exists: an rpc-server serves one client
+// and a probe next to the head's connection hangs (slurm-facts 12).
+func (r *Runner) pollStartingWorker(w *member, now time.Time) {
+	if limit := r.plan.Timeouts.WorkerStart; now.Sub(w.startedAt) > limit {
+		r.stopProcess(w, "not ready in time")
+		r.workerStartFailed(w, fmt.Sprintf("not ready after %s", limit))
+		return
+	}
+	if w.checking || r.head.running() || w.spec.Port == 0 {
+		return
+	}
+	w.checking = true
+	addr := net.JoinHostPort(w.spec.Addr, strconv.Itoa(w.spec.Port))
+	name, gen, timeout := w.spec.Name, w.gen, r.opts.StartupPoll*5
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		r.send(probeMsg{name: name, gen: gen, err: health.Probe(ctx, addr)})
+	}()
+}
+
+// pollHead enforces the load and unhealthy limits and checks /health.
+func (r *Runner) pollHead(now time.Time) {
+	h, t := r.head, r.plan.Timeouts
+	switch {
+	case h.phase == phaseStarting && now.Sub(h.startedAt) > t.Load:
+		r.stopProcess(h, "not ready in time")
+		r.failure(h, fmt.Sprintf("not ready after %s", t.Load))
+		return
+	case h.phase == phaseReady && now.Sub(h.lastOK) > t.UnhealthyAfter:
+		r.stopProcess(h, "unhealthy")
+		r.failure(h, fmt.Sprintf("/health failing for more than %s", t.UnhealthyAfter))
+		return
+	}
+	if h.checking {
+		return
+	}
+	h.checking = true
+	base := health.BaseURL(h.spec.Addr, h.spec.Port)
+	gen, wantModels, client := h.gen, h.phase == phaseStarting || r.models == nil, r.opts.HTTPClient
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.HealthTimeout)
+		defer cancel()
+		m := healthMsg{gen: gen}
+		m.status, m.err = health.Check(ctx, client, base)
+		if m.status == health.StatusReady && wantModels {
+			m.models, _ = health.Models(ctx, client, base)
+		}
+		r.send(m)
+	}()
+}
+
+// handleHealth takes a /health result: a starting head becomes ready on
+// 200; a ready head's last good answer is remembered.
+func (r *Runner) handleHealth(m healthMsg) {
+	h := r.head
+	if m.gen != h.gen || (h.phase != phaseStarting && h.phase != phaseReady) {
+		return
+	}
+	h.checking = false
+	now := r.opts.Now()
+	if m.models != nil && !slices.Equal(m.models, r.models) {
+		r.models = m.models
+		r.writeEndpoint()
+	}
+	switch {
+	case m.status == health.StatusReady:
+		h.lastOK = now
+		if h.unhealthy {
+			h.unhealthy = false
+			r.log.Info("head healthy again")
+		}
+		if h.phase == phaseStarting {
+			r.headReady(now)
+		}
+	case h.phase == phaseStarting && m.status == health.StatusLoading && !h.loadingLogged:
+		h.loadingLogged = true
+		r.log.Info("head loading the model", "load_timeout", r.plan.Timeouts.Load)
+	case h.phase == phaseReady && !h.unhealthy:
+		h.unhealthy = true
+		r.log.Warn("head health check failed", "status", m.status, "error", m.err)
+	}
+}
+
+// headReady marks the head ready and, with it, the tier.
+func (r *Runner) headReady(now time.Time) {
+	r.head.phase = phaseReady
+	r.log.Info("head ready", "after", now.Sub(r.head.startedAt).Round(time.Millisecond), "models", r.models)
+	r.emit(Event{Kind: EventReady, Process: r.head.spec.Name, Reason: "/health 200"})
+	r.policy.Healthy(now)
+	r.setState(StateReady, "head answers /health")
+}
