@@ -73,8 +73,8 @@ func (s *server) serveCompletion(w http.ResponseWriter, r *http.Request, f forma
 
 func (s *server) newJob(req completionRequest, f format) job {
 	j := job{format: f, model: req.Model, n: s.cfg.tokens}
-	if j.model == "" {
-		j.model = s.modelNames()[0]
+	if names := s.modelNames(); j.model == "" && len(names) > 0 {
+		j.model = names[0]
 	}
 	for _, limit := range []int{req.MaxTokens, req.NPredict} {
 		if limit > 0 && limit < j.n {

@@ -107,6 +107,20 @@ func TestModels(t *testing.T) {
 	}
 }
 
+// Router mode with no model files still answers (regression: it indexed an empty list).
+func TestChatRouterModeEmptyDir(t *testing.T) {
+	_, base := startHead(t, "--models-dir", t.TempDir(), "--fake-tokens", "1")
+	waitReady(t, base)
+	resp, err := postChat(base, `{"messages":[]}`)
+	if err != nil {
+		t.Fatalf("post: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("status = %d, want 200", resp.StatusCode)
+	}
+}
+
 func TestChatNonStreamed(t *testing.T) {
 	_, addr := startWorker(t)
 	_, base := startHead(t, "--rpc", addr, "--alias", "m", "--fake-tokens", "4", "--fake-token-rate", "0")
