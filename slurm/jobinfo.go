@@ -25,6 +25,10 @@ const (
 	JobPreempted  JobState = "PREEMPTED"
 	JobNodeFail   JobState = "NODE_FAIL"
 	JobRequeued   JobState = "REQUEUED"
+	// JobSignaling is shown for a moment when a job is picked for
+	// preemption (measured: SIGNALING, then RUNNING again with PreemptTime
+	// set, until the grace time ends). Test PreemptTime, not the state.
+	JobSignaling JobState = "SIGNALING"
 )
 
 // JobInfo is the part of `scontrol show job` the supervisor uses. Times are
