@@ -112,6 +112,9 @@ func LoadConfig(path string) (*Config, error) {
 // On any problem it returns no Config and every problem found (errors.Join of
 // *ConfigError, sorted by line).
 func ParseConfig(name string, data []byte) (*Config, error) {
+	if len(data) > maxConfigBytes {
+		return nil, &ConfigError{File: name, Reason: fmt.Sprintf("file is larger than %d bytes; not a tier config", maxConfigBytes)}
+	}
 	d, err := newDecoder(name, data)
 	if err != nil {
 		return nil, err
@@ -124,6 +127,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	}
 	return c, nil
 }
+
+// maxConfigBytes bounds a config file; real ones are a few kilobytes.
+const maxConfigBytes = 1 << 20
 
 // defaultConfig is a Config with every default applied; decoding overwrites
 // what the file sets.
@@ -175,9 +181,12 @@ func (d *decoder) joined() error {
 		}
 		return a.Key < b.Key
 	})
-	errs := make([]error, len(d.problems))
-	for i, p := range d.problems {
-		errs[i] = p
+	errs := make([]error, 0, len(d.problems)+1)
+	for _, p := range d.problems {
+		errs = append(errs, p)
+	}
+	if d.dropped > 0 {
+		errs = append(errs, &ConfigError{File: d.name, Reason: fmt.Sprintf("%d more problems not shown", d.dropped)})
 	}
 	return errors.Join(errs...)
 }

@@ -31,7 +31,12 @@ type decoder struct {
 	bad map[string]bool
 	// validating is set once decoding is done.
 	validating bool
+	// dropped counts problems past maxProblems, reported as one line.
+	dropped int
 }
+
+// maxProblems bounds the problems reported one by one.
+const maxProblems = 50
 
 // newDecoder parses data. A TOML syntax error is returned as a *ConfigError
 // (joined) with its line.
@@ -39,20 +44,27 @@ func newDecoder(name string, data []byte) (*decoder, error) {
 	d := &decoder{name: name, bad: map[string]bool{}}
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&d.root)
 	if err != nil {
-		return nil, errors.Join(syntaxProblem(name, err))
+		return nil, errors.Join(syntaxProblem(name, data, err))
 	}
 	d.md = md
 	if err := d.md.PrimitiveDecode(d.root, &d.doc); err != nil {
-		return nil, errors.Join(syntaxProblem(name, err))
+		return nil, errors.Join(syntaxProblem(name, data, err))
 	}
 	return d, nil
 }
 
 // syntaxProblem turns a TOML parse error into a ConfigError with its line.
-func syntaxProblem(name string, err error) *ConfigError {
+// The line is counted from the error's byte offset: the parser's own line
+// number is one too far when the offending character is the newline itself
+// ("[head" with no "]").
+func syntaxProblem(name string, data []byte, err error) *ConfigError {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
-		return &ConfigError{File: name, Line: pe.Position.Line, Reason: "syntax error: " + pe.Message}
+		line := pe.Position.Line
+		if start := pe.Position.Start; start > 0 && start <= len(data) {
+			line = bytes.Count(data[:start], []byte("\n")) + 1
+		}
+		return &ConfigError{File: name, Line: line, Reason: "syntax error: " + pe.Message}
 	}
 	return &ConfigError{File: name, Reason: "syntax error: " + err.Error()}
 }
@@ -66,6 +78,10 @@ func (d *decoder) fail(key toml.Key, format string, args ...any) {
 	}
 	if !d.validating {
 		d.bad[key.String()] = true
+	}
+	if len(d.problems) >= maxProblems {
+		d.dropped++ // finding a key's line costs a pass over the document
+		return
 	}
 	d.problems = append(d.problems, &ConfigError{
 		File:   d.name,

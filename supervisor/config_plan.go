@@ -143,9 +143,15 @@ func (c *Config) activeWorkers(in PlanInput, candidates []string) (map[string]bo
 		}
 		active[n] = true
 	}
-	if need := max(1, c.MinWorkers); len(active) < need {
-		return nil, fmt.Errorf("%d workers (%s) but min_workers needs %d: the allocation %s has too few nodes",
-			len(active), strings.Join(names, ","), need, strings.Join(in.Nodes, ","))
+	need := max(1, c.MinWorkers)
+	switch {
+	case len(active) >= need:
+	case in.Workers == nil:
+		return nil, fmt.Errorf("min_workers is %d but the allocation %s has %s besides the batch node %s",
+			need, strings.Join(in.Nodes, ","), plural(len(candidates), "node"), in.BatchNode)
+	default:
+		return nil, fmt.Errorf("min_workers is %d but the active workers are only %s",
+			need, strings.Join(in.Workers, ","))
 	}
 	return active, nil
 }
