@@ -3,7 +3,6 @@ package supervisor
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -17,9 +16,7 @@ func FuzzParseConfig(f *testing.F) {
 	for _, tc := range badConfigs {
 		f.Add([]byte(tc.src))
 	}
-	files, _ := filepath.Glob("../etc/*.toml")
-	local, _ := filepath.Glob("../etc/local/*.toml")
-	for _, name := range append(files, local...) {
+	for _, name := range shippedTierConfigs(f, "../etc") {
 		if data, err := os.ReadFile(name); err == nil {
 			f.Add(data)
 		}

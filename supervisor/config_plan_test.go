@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -258,12 +259,28 @@ func TestNodeAddresses(t *testing.T) {
 	}
 }
 
-// TestShippedConfigs loads every config under etc/ and plans it for a
+// shippedTierConfigs lists the tier configs under etc/ and etc/local/: the
+// TOML files with a top-level tier key (etc/ holds other TOML files too).
+func shippedTierConfigs(t testing.TB, etc string) []string {
+	files, _ := filepath.Glob(filepath.Join(etc, "*.toml"))
+	local, _ := filepath.Glob(filepath.Join(etc, "local", "*.toml"))
+	var tiers []string
+	for _, f := range append(files, local...) {
+		var doc map[string]any
+		if _, err := toml.DecodeFile(f, &doc); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if _, ok := doc["tier"]; ok {
+			tiers = append(tiers, f)
+		}
+	}
+	return tiers
+}
+
+// TestShippedConfigs loads every tier config under etc/ and plans it for a
 // 3-node allocation, the size the shipped tiers are written for.
 func TestShippedConfigs(t *testing.T) {
-	files, _ := filepath.Glob("../etc/*.toml")
-	local, _ := filepath.Glob("../etc/local/*.toml")
-	files = append(files, local...)
+	files := shippedTierConfigs(t, "../etc")
 	if len(files) < 4 {
 		t.Fatalf("found %d shipped configs (%v), want at least 4", len(files), files)
 	}
