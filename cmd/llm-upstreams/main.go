@@ -1,0 +1,213 @@
+// Command llm-upstreams turns the endpoint files that slurm-llm jobs publish
+// into nginx upstream files, tests them with nginx -t and reloads nginx only
+// when they change. Subcommands:
+//
+//	llm-upstreams sync   [--config FILE]           one pass (systemd timer)
+//	llm-upstreams watch  [--config FILE]           passes on file events and every sweep
+//	llm-upstreams status [--config FILE] [--json]  what would be routed, and why
+//
+// Exit codes: 0 success, 1 the pass or watch failed, 2 usage or config error.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/slurm"
+)
+
+// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+const defaultConfig = "/etc/slurm-llm/upstreams.toml"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the flags shared by every subcommand.
+type options struct {
+	config   string
+	asJSON   bool
+	logLevel string
+	logJSON  bool
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|status [--config FILE] [--json] [--log-level LEVEL] [--log-json]\n"+
+		"       llm-upstreams --version\n")
+}
+
+// run parses args, builds the logger and updater and runs a subcommand.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
+		fmt.Fprintf(stdout, "llm-upstreams %s\n", version)
+		return exitOK
+	}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("llm-upstreams "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.config, "config", defaultConfig, "config file")
+	fs.BoolVar(&o.asJSON, "json", false, "status: print JSON")
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn, error")
+	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines")
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "llm-upstreams", Level: hclog.LevelFromString(o.logLevel),
+		Output: stderr, JSONFormat: o.logJSON})
+	cfg, err := upstreams.Load(o.config)
+	if err != nil {
+		log.Error("config", "error", err)
+		return exitUsage
+	}
+	switch cmd {
+	case "sync":
+		return runSync(cfg, log)
+	case "watch":
+		return runWatch(cfg, o.config, log)
+	case "status":
+		return runStatus(cfg, o.asJSON, log, stdout)
+	}
+	usage(stderr)
+	return exitUsage
+}
+
+// newUpdater wires the real scheduler, resolver and nginx runner.
+func newUpdater(cfg upstreams.Config, log hclog.Logger) *upstreams.Updater {
+	var checker endpoints.JobChecker
+	if cfg.Scheduler.Check {
+		checker = slurmJobs{c: &slurm.Client{Timeout: cfg.Scheduler.Timeout}}
+	}
+	return upstreams.New(cfg, upstreams.Options{Log: log, Checker: checker, Generator: "llm-upstreams " + version})
+}
+
+// runSync runs one pass.
+func runSync(cfg upstreams.Config, log hclog.Logger) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rep, err := newUpdater(cfg, log).Pass(ctx)
+	if err != nil {
+		return exitFailed
+	}
+	log.Info("pass done", "endpoints", len(rep.Decisions), "rejected", len(rep.Scan.Rejected),
+		"changed", rep.Changed, "reloaded", rep.Reloaded, "duration", rep.Duration)
+	return exitOK
+}
+
+// runWatch runs passes until SIGTERM or SIGINT; SIGHUP re-reads the config.
+func runWatch(cfg upstreams.Config, path string, log hclog.Logger) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	hup := make(chan struct{}, 1)
+	go forwardSignals(ctx, sigs, cancel, hup, log)
+	u := newUpdater(cfg, log)
+	metricsErr := make(chan error, 1)
+	if cfg.Metrics.Listen != "" {
+		go func() { metricsErr <- upstreams.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics()) }()
+	}
+	watchErr := make(chan error, 1)
+	go func() {
+		watchErr <- u.Watch(ctx, upstreams.WatchOptions{Reload: hup,
+			LoadConfig: func() (upstreams.Config, error) { return upstreams.Load(path) }})
+	}()
+	select {
+	case err := <-watchErr:
+		return watchExit(err, log)
+	case err := <-metricsErr:
+		if err != nil {
+			log.Error("metrics server", "error", err)
+			cancel()
+			<-watchErr
+			return exitFailed
+		}
+		return watchExit(<-watchErr, log)
+	}
+}
+
+// watchExit maps Watch's result to an exit code.
+func watchExit(err error, log hclog.Logger) int {
+	if err != nil {
+		log.Error("watch", "error", err)
+		return exitFailed
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// forwardSignals turns SIGTERM/SIGINT into cancel and SIGHUP into a reload.
+func forwardSignals(ctx context.Context, sigs <-chan os.Signal, cancel func(), hup chan<- struct{}, log hclog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sigs:
+			if s != syscall.SIGHUP {
+				log.Info("stopping", "signal", s.String())
+				cancel()
+				return
+			}
+			select {
+			case hup <- struct{}{}:
+			default: // a reload is already pending
+			}
+		}
+	}
+}
+
+// runStatus prints what a pass would route, without writing anything.
+func runStatus(cfg upstreams.Config, asJSON bool, log hclog.Logger, stdout io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rep, _, err := newUpdater(cfg, log).Evaluate(ctx)
+	if err != nil {
+		log.Error("status", "error", err)
+		return exitFailed
+	}
+	if err := upstreams.WriteStatus(stdout, rep, asJSON); err != nil {
+		log.Error("status", "error", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// slurmJobs adapts slurm.Client (typed states) to endpoints.JobChecker.
+type slurmJobs struct{ c *slurm.Client }
+
+// JobStates implements endpoints.JobChecker.
+func (s slurmJobs) JobStates(ctx context.Context, ids []string) (map[string]string, error) {
+	states, err := s.c.JobStates(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(states))
+	for id, st := range states {
+		out[id] = string(st)
+	}
+	return out, nil
+}

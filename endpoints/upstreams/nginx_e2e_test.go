@@ -1,0 +1,366 @@
+//go:build e2e
+
+package upstreams
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/endpoints"
+)
+
+// privateNginx is an nginx started for one test from the shipped site
+// config, on free loopback ports, with its own prefix, pid and temp dirs.
+type privateNginx struct {
+	prefix, conf    string
+	out, endpoints  string
+	fast, reasoning int // ports
+	extraDir        string
+}
+
+// nginxBin finds the nginx binary or skips the test.
+func nginxBin(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("e2e nginx tests need root")
+	}
+	for _, p := range []string{"nginx", "/usr/sbin/nginx"} {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	t.Skip("nginx not installed")
+	return ""
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startNginx writes the configs, makes the first (fallback) upstream files
+// and starts nginx in the foreground, killed by PID in t.Cleanup.
+func startNginx(t testing.TB) *privateNginx {
+	t.Helper()
+	bin := nginxBin(t)
+	root := t.TempDir()
+	n := &privateNginx{prefix: filepath.Join(root, "nginx"), out: filepath.Join(root, "slurm-llm"),
+		endpoints: filepath.Join(root, "endpoints"), fast: freePort(t), reasoning: freePort(t)}
+	n.extraDir = filepath.Join(n.prefix, "extra")
+	for _, d := range []string{n.prefix + "/tmp", n.out, n.endpoints, n.extraDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.writeConfigs(t)
+	cfg := n.config(t)
+	first := &Applier{Dir: n.out, Test: cfg.Nginx.Test, Reload: []string{"true"}, Runner: ExecRunner{}, Log: hclog.NewNullLogger()}
+	if _, err := first.Apply(context.Background(), endpoints.Render(cfg.TierSpecs(), nil, endpoints.RenderMeta{Generator: "e2e"})); err != nil {
+		t.Fatalf("first files: %v", err)
+	}
+	cmd := exec.Command(bin, "-p", n.prefix, "-c", n.conf, "-g", "daemon off;")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	waitUntil(t, "nginx listens", func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", n.fast))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return n
+}
+
+// writeConfigs adapts etc/nginx/slurm-llm.conf to this nginx's ports and
+// directories and wraps it in a minimal main config.
+func (n *privateNginx) writeConfigs(t testing.TB) {
+	t.Helper()
+	site, err := os.ReadFile(filepath.Join("..", "..", "etc", "nginx", "slurm-llm.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.NewReplacer("/etc/nginx/slurm-llm/", n.out+"/",
+		"127.0.0.1:8080;", fmt.Sprintf("127.0.0.1:%d;", n.fast),
+		"127.0.0.1:8081;", fmt.Sprintf("127.0.0.1:%d;", n.reasoning)).Replace(string(site))
+	if strings.Contains(s, ":8080;") || strings.Contains(s, "include /etc/nginx/") {
+		t.Fatalf("site config not fully adapted:\n%s", s)
+	}
+	p := n.prefix
+	main := fmt.Sprintf(`user root;
+worker_processes 1;
+error_log %[1]s/error.log info;
+pid %[1]s/nginx.pid;
+events { worker_connections 128; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/tmp/body;
+    proxy_temp_path %[1]s/tmp/proxy;
+    fastcgi_temp_path %[1]s/tmp/fastcgi;
+    uwsgi_temp_path %[1]s/tmp/uwsgi;
+    scgi_temp_path %[1]s/tmp/scgi;
+    include %[1]s/extra/*.conf;
+    include %[1]s/site.conf;
+}
+`, p)
+	n.conf = filepath.Join(p, "nginx.conf")
+	for path, b := range map[string]string{n.conf: main, filepath.Join(p, "site.conf"): s} {
+		if err := os.WriteFile(path, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// config is an llm-upstreams config driving this nginx.
+func (n *privateNginx) config(t testing.TB) Config {
+	t.Helper()
+	q := func(argv ...string) string {
+		b, _ := json.Marshal(argv)
+		return string(b)
+	}
+	cfg, err := Parse("e2e.toml", []byte(fmt.Sprintf(`
+endpoint_dir = %q
+output_dir = %q
+lock_file = %q
+sweep_interval = "1h"
+coalesce = "20ms"
+[tiers.fast]
+[tiers.reasoning]
+backup = "fast"
+[nginx]
+test = %s
+reload = %s
+[scheduler]
+check = false
+`, n.endpoints, n.out, filepath.Join(n.prefix, "lock"),
+		q("nginx", "-t", "-q", "-p", n.prefix, "-c", n.conf),
+		q("nginx", "-s", "reload", "-p", n.prefix, "-c", n.conf))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// head is a stand-in for a tier's llama-server: it answers every request
+// with its name, and streams a few SSE chunks on /v1/chat/completions.
+type head struct {
+	name string
+	port int
+}
+
+func startHead(t testing.TB, name string) head {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < 3; i++ {
+			fmt.Fprintf(w, "data: {\"head\":%q,\"i\":%d}\n\n", name, i)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, name) })
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return head{name: name, port: ln.Addr().(*net.TCPAddr).Port}
+}
+
+// publish writes a ready endpoint file for tier/job pointing at h.
+func (n *privateNginx) publish(t testing.TB, tier, job string, h head) {
+	t.Helper()
+	now := time.Now().UTC()
+	e := endpoints.Endpoint{Schema: endpoints.SchemaVersion, Tier: tier, JobID: job, Host: "127.0.0.1", Port: h.port,
+		State: endpoints.StateReady, Models: []string{"tiny"}, Node: "node1", PID: os.Getpid(),
+		StartedAt: now, Heartbeat: now, LeaseExpires: now.Add(10 * time.Minute)}
+	if err := endpoints.Write(n.endpoints, e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reply is one response through nginx.
+type reply struct {
+	status            int
+	body              string
+	retryAfter, ctype string
+	tier              string
+}
+
+func get(port int, path string) (reply, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, body: string(b), retryAfter: resp.Header.Get("Retry-After"),
+		ctype: resp.Header.Get("Content-Type"), tier: resp.Header.Get("X-LLM-Tier")}, err
+}
+
+// waitReply polls GET port/path until cond holds; nginx reloads asynchronously.
+func waitReply(t testing.TB, port int, path, what string, cond func(reply) bool) reply {
+	t.Helper()
+	var last reply
+	waitUntil(t, what, func() bool {
+		r, err := get(port, path)
+		last = r
+		return err == nil && cond(r)
+	})
+	return last
+}
+
+// waitUntil polls cond every 5 ms until it holds or 15 s pass.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func isUnavailable(r reply) bool {
+	var body struct {
+		Error struct {
+			Code int    `json:"code"`
+			Type string `json:"type"`
+		} `json:"error"`
+	}
+	return r.status == 503 && r.retryAfter != "" && strings.HasPrefix(r.ctype, "application/json") &&
+		json.Unmarshal([]byte(r.body), &body) == nil && body.Error.Code == 503
+}
+
+func TestE2ESyncRoutesThenFallsBackTo503(t *testing.T) {
+	n := startNginx(t)
+	a := startHead(t, "head-a")
+	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+
+	r := waitReply(t, n.fast, "/v1/models", "fast answers 503 before any endpoint", isUnavailable)
+	if r.tier != "none" {
+		t.Errorf("X-LLM-Tier = %q, want none", r.tier)
+	}
+	n.publish(t, "fast", "101", a)
+	if rep, err := u.Pass(context.Background()); err != nil || !rep.Reloaded {
+		t.Fatalf("pass: reloaded %v, %v", rep.Reloaded, err)
+	}
+	waitReply(t, n.fast, "/v1/models", "fast is answered by head-a", func(r reply) bool { return r.body == "head-a" })
+	r = waitReply(t, n.reasoning, "/v1/models", "reasoning is served by its backup", func(r reply) bool { return r.body == "head-a" })
+	if r.tier != "fast" {
+		t.Errorf("reasoning X-LLM-Tier = %q, want fast (backup)", r.tier)
+	}
+	r = waitReply(t, n.fast, "/v1/chat/completions", "a stream passes through", func(r reply) bool { return r.status == 200 })
+	if !strings.Contains(r.body, `"head":"head-a"`) || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
+		t.Errorf("stream through nginx = %q", r.body)
+	}
+
+	if err := endpoints.Remove(n.endpoints, "fast", "101"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Pass(context.Background()); err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+	waitReply(t, n.fast, "/v1/chat/completions", "fast answers 503 JSON with Retry-After", isUnavailable)
+	waitReply(t, n.reasoning, "/v1/models", "reasoning answers 503 JSON with Retry-After", isUnavailable)
+}
+
+// A head that died between passes (connection refused) gets the same 503
+// JSON answer, never a 502.
+func TestE2EDeadHeadGives503Not502(t *testing.T) {
+	n := startNginx(t)
+	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+	n.publish(t, "fast", "102", head{name: "dead", port: freePort(t)})
+	if _, err := u.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, n.fast, "/v1/models", "a refused head gives 503 JSON", isUnavailable)
+}
+
+// A broken include makes nginx -t fail: the pass fails, the candidate files
+// are rolled back and nginx keeps serving the last good config.
+func TestE2EBrokenConfigKeepsServing(t *testing.T) {
+	n := startNginx(t)
+	a, b := startHead(t, "head-a"), startHead(t, "head-b")
+	m := &Metrics{}
+	u := New(n.config(t), Options{Log: hclog.NewNullLogger(), Metrics: m})
+	n.publish(t, "fast", "103", a)
+	if _, err := u.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, n.fast, "/", "head-a serves", func(r reply) bool { return r.body == "head-a" })
+	good := readDirFiles(n.out)
+
+	if err := os.WriteFile(filepath.Join(n.extraDir, "broken.conf"), []byte("this is not nginx {\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.publish(t, "fast", "103", b)
+	if _, err := u.Pass(context.Background()); !errors.Is(err, ErrTestFailed) {
+		t.Fatalf("pass with a broken include = %v, want ErrTestFailed", err)
+	}
+	if got := readDirFiles(n.out); fmt.Sprint(got) != fmt.Sprint(good) {
+		t.Errorf("files after failed test differ from the last good ones")
+	}
+	for i := 0; i < 5; i++ {
+		if r, err := get(n.fast, "/"); err != nil || r.body != "head-a" {
+			t.Fatalf("after failed test: %q, %v; want head-a still served", r.body, err)
+		}
+	}
+
+	if err := os.Remove(filepath.Join(n.extraDir, "broken.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.Pass(context.Background()); err != nil {
+		t.Fatalf("pass after repair: %v", err)
+	}
+	waitReply(t, n.fast, "/", "head-b serves after repair", func(r reply) bool { return r.body == "head-b" })
+}
+
+// Watch mode routes a newly written file without any timer.
+func TestE2EWatchServesNewFile(t *testing.T) {
+	n := startNginx(t)
+	a := startHead(t, "head-a")
+	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- u.Watch(ctx, WatchOptions{}) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	n.publish(t, "reasoning", "104_2", a)
+	r := waitReply(t, n.reasoning, "/", "reasoning routed to head-a by watch", func(r reply) bool { return r.body == "head-a" })
+	if r.tier != "reasoning" {
+		t.Errorf("X-LLM-Tier = %q, want reasoning", r.tier)
+	}
+}
