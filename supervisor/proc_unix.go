@@ -29,6 +29,10 @@ type proc struct {
 	// signalling the process group; SrunLauncher routes them through Slurm.
 	term func(p *proc)
 	kill func(p *proc)
+	// extraGrace is added to the stop grace (a shim runs its own grace first).
+	extraGrace time.Duration
+	// onExit, if set, runs once the process is reaped (closes its stdin pipe).
+	onExit func()
 
 	mu     sync.Mutex
 	result ExitResult
@@ -82,6 +86,9 @@ func (p *proc) wait(f *os.File) {
 	r = srunSignal(r)
 	fmt.Fprintf(f, "--- llm-supervisor %s: %s ended: %s\n", time.Now().Format(time.RFC3339Nano), p.name, r)
 	f.Close()
+	if p.onExit != nil {
+		p.onExit()
+	}
 	p.mu.Lock()
 	p.result = r
 	p.mu.Unlock()
@@ -152,7 +159,7 @@ func (p *proc) Stop(grace time.Duration) {
 		return
 	}
 	p.term(p)
-	t := time.NewTimer(grace)
+	t := time.NewTimer(grace + p.extraGrace)
 	defer t.Stop()
 	select {
 	case <-p.done:

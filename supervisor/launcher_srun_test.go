@@ -1,0 +1,94 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeSrun is a stand-in for srun: it prints what srun -v prints about the
+// step, writes its argv to $FAKE_SRUN_ARGV, and runs what follows "--".
+const fakeSrun = `#!/bin/sh
+printf '%s\n' "$@" > "$FAKE_SRUN_ARGV"
+echo "srun: launching StepId=77.3 on host node2, 1 tasks: 0" >&2
+while [ "$1" != "--" ]; do shift; done
+shift
+exec "$@"
+`
+
+// fakeShim stands in for llm-supervisor shim: it runs its child and, on
+// "stop" from stdin, TERMs it; it records the flags it was given.
+const fakeShim = `#!/bin/sh
+echo "shim flags: $1 $2" >&2
+shift 3
+"$@" &
+child=$!
+read cmd
+echo "shim got: $cmd" >&2
+kill -TERM $child
+wait $child
+`
+
+func writeScript(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSrunLauncher(t *testing.T) {
+	dir := t.TempDir()
+	srun := writeScript(t, dir, "srun", fakeSrun)
+	shimBin := writeScript(t, dir, "shim", fakeShim)
+	argvFile := filepath.Join(dir, "argv")
+	tests := []struct {
+		name     string
+		launcher SrunLauncher
+		wantLog  []string
+	}{
+		{name: "direct", launcher: SrunLauncher{Srun: srun}},
+		{name: "shimmed", launcher: SrunLauncher{Srun: srun, Shim: []string{shimBin},
+			ShimArgs: func(p Process) ([]string, error) { return []string{"--token", "T-" + p.Name}, nil }},
+			wantLog: []string{"shim flags: --token T-rpc-node2", "shim got: stop"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.launcher.Env = append(os.Environ(), "FAKE_SRUN_ARGV="+argvFile)
+			log := filepath.Join(t.TempDir(), "rpc.log")
+			p := Process{Name: "rpc-node2", Node: "node2", StepName: "t-rpc-node2", LogPath: log,
+				Argv:     []string{"sh", "-c", `echo "ready $MY_VAR"; trap 'echo term; exit 0' TERM; while :; do sleep 0.05; done`},
+				Env:      map[string]string{"MY_VAR": "from-env"},
+				SrunArgs: []string{"--gres=gpu:1"}, ReadyPattern: "ready from-env"}
+			h, err := tt.launcher.Start(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(h.Kill)
+			select {
+			case <-h.Ready():
+			case <-time.After(10 * time.Second):
+				t.Fatal("not ready: env not passed through srun?")
+			}
+			h.Stop(5 * time.Second)
+			argv, _ := os.ReadFile(argvFile)
+			for _, want := range []string{"-N1\n-n1\n-w\nnode2\n--overlap\n--job-name=t-rpc-node2\n--verbose\n--gres=gpu:1\n--\n"} {
+				if !strings.Contains(string(argv), want) {
+					t.Errorf("srun argv lacks %q:\n%s", want, argv)
+				}
+			}
+			out, _ := os.ReadFile(log)
+			for _, want := range tt.wantLog {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("log lacks %q:\n%s", want, out)
+				}
+			}
+			if _, _, step := h.(*proc).watch.facts(); step != "77.3" {
+				t.Errorf("step id = %q, want 77.3", step)
+			}
+		})
+	}
+}
