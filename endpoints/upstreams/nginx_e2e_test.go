@@ -149,7 +149,6 @@ endpoint_dir = %q
 output_dir = %q
 lock_file = %q
 sweep_interval = "1h"
-coalesce = "20ms"
 [tiers.fast]
 [tiers.reasoning]
 backup = "fast"
@@ -363,4 +362,68 @@ func TestE2EWatchServesNewFile(t *testing.T) {
 	if r.tier != "reasoning" {
 		t.Errorf("X-LLM-Tier = %q, want reasoning", r.tier)
 	}
+}
+
+// BenchmarkE2EWatchFileToRoute measures, with real nginx, the time from an
+// endpoint file being written to nginx routing to it: through watch mode,
+// and through one sync pass started right away (the timer adds its wait,
+// 0–30 s, mean 15 s, on top). Medians over 20 changes each.
+func BenchmarkE2EWatchFileToRoute(b *testing.B) {
+	n := startNginx(b)
+	heads := []head{startHead(b, "head-a"), startHead(b, "head-b")}
+	const samples = 20
+	for i := 0; i < b.N; i++ {
+		u := New(n.config(b), Options{Log: hclog.NewNullLogger()})
+		syncMs := measureRoute(b, n, heads, samples, func() {
+			if _, err := u.Pass(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- u.Watch(ctx, WatchOptions{}) }()
+		watchMs := measureRoute(b, n, heads, samples, func() {})
+		cancel()
+		<-done
+		b.ReportMetric(median(watchMs), "watch_median_ms")
+		b.ReportMetric(maxOf(watchMs), "watch_max_ms")
+		b.ReportMetric(median(syncMs), "sync_pass_median_ms")
+	}
+}
+
+// measureRoute flips tier fast between the heads samples times, calling
+// after() after each write, and returns how long each flip took to be routed.
+func measureRoute(b *testing.B, n *privateNginx, heads []head, samples int, after func()) []float64 {
+	var ms []float64
+	for s := 0; s < samples; s++ {
+		h := heads[s%2]
+		start := time.Now()
+		n.publish(b, "fast", "900", h)
+		after()
+		waitReply(b, n.fast, "/", h.name+" routed", func(r reply) bool { return r.body == h.name })
+		ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+	}
+	return ms
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[len(s)/2]
+}
+
+func maxOf(xs []float64) float64 {
+	m := xs[0]
+	for _, x := range xs {
+		if x > m {
+			m = x
+		}
+	}
+	return m
 }

@@ -27,7 +27,7 @@ func testEndpoint(tier, job, host string, port int) endpoints.Endpoint {
 }
 
 // testConfig is a config on temp dirs with tiers fast and reasoning (backup fast).
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	t.Helper()
 	root := t.TempDir()
 	cfg, err := Parse("test.toml", []byte(`
