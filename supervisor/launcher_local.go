@@ -13,6 +13,9 @@ import (
 type LocalLauncher struct {
 	// Env, when set, replaces os.Environ() as the base environment.
 	Env []string
+	// OnLine, if set, is called with every line of every process's output,
+	// on the goroutine that copies it; it must return quickly.
+	OnLine func(p Process, line string)
 }
 
 // Start implements Launcher.
@@ -26,7 +29,7 @@ func (l LocalLauncher) Start(p Process) (Handle, error) {
 		base = os.Environ()
 	}
 	cmd.Env = append(append([]string(nil), base...), envList(p.Env)...)
-	return startProc(cmd, p)
+	return startProc(cmd, p, l.OnLine)
 }
 
 // envList turns a variable map into sorted KEY=value entries.

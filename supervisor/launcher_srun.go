@@ -44,6 +44,10 @@ type SrunLauncher struct {
 	// ShimArgs returns the shim's flags (token, grace) for one process, up
 	// to but not including "--".
 	ShimArgs func(p Process) ([]string, error)
+	// OnLine, if set, is called with every line of every step's output
+	// (srun's and the shim's messages included), on the goroutine that
+	// copies it; it must return quickly.
+	OnLine func(p Process, line string)
 }
 
 // Start implements Launcher.
@@ -75,7 +79,7 @@ func (l SrunLauncher) Start(p Process) (Handle, error) {
 	if l.Shim != nil {
 		return l.startShimmed(cmd, p)
 	}
-	pr, err := startProc(cmd, p)
+	pr, err := startProc(cmd, p, l.OnLine)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +95,7 @@ func (l SrunLauncher) startShimmed(cmd *exec.Cmd, p Process) (Handle, error) {
 		return nil, fmt.Errorf("start %s: stdin pipe: %w", p.Name, err)
 	}
 	cmd.Stdin = r
-	pr, err := startProc(cmd, p)
+	pr, err := startProc(cmd, p, l.OnLine)
 	r.Close()
 	if err != nil {
 		w.Close()

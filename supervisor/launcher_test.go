@@ -3,7 +3,9 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,5 +125,27 @@ func TestLauncherStartError(t *testing.T) {
 	}
 	if _, err := (LocalLauncher{}).Start(Process{Name: "p", LogPath: filepath.Join(t.TempDir(), "p.log")}); err == nil {
 		t.Fatal("Start with an empty argv: no error")
+	}
+}
+
+func TestLauncherOnLine(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	l := LocalLauncher{OnLine: func(p Process, line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, p.Name+": "+line)
+	}}
+	h, err := l.Start(Process{Name: "p", Argv: []string{"sh", "-c", "echo one; echo two >&2; printf three"},
+		LogPath: filepath.Join(t.TempDir(), "p.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, h)
+	mu.Lock()
+	defer mu.Unlock()
+	sort.Strings(got)
+	if d := cmp.Diff([]string{"p: one", "p: three", "p: two"}, got); d != "" {
+		t.Errorf("lines (-want +got):\n%s", d)
 	}
 }

@@ -40,7 +40,8 @@ type proc struct {
 
 // startProc starts cmd for process spec in its own process group, with its
 // output appended to spec.LogPath, and waits for it in a goroutine.
-func startProc(cmd *exec.Cmd, spec Process) (*proc, error) {
+// onLine, if set, also sees every output line (on exec's copying goroutine).
+func startProc(cmd *exec.Cmd, spec Process, onLine func(Process, string)) (*proc, error) {
 	f, err := openLog(spec.LogPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
@@ -49,6 +50,12 @@ func startProc(cmd *exec.Cmd, spec Process) (*proc, error) {
 	p.term = func(p *proc) { p.signalGroup(syscall.SIGTERM) }
 	p.kill = func(p *proc) { p.signalGroup(syscall.SIGKILL) }
 	p.out = &lineWriter{file: f, fn: p.watch.line}
+	if onLine != nil {
+		p.out.fn = func(line string) {
+			p.watch.line(line)
+			onLine(spec, line)
+		}
+	}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = waitDelay
