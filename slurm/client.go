@@ -47,12 +47,13 @@ type Client struct {
 // ErrUnavailable when the failure is one of those, and the underlying cause.
 // A CommandError that wraps neither means Slurm answered and refused.
 type CommandError struct {
-	Argv   []string
-	Stderr string
-	Kind   error // ErrNoSuchJob, ErrUnavailable or nil
-	Err    error // the cause: an *exec.ExitError, a context error, …
+	Argv   []string // the command that failed
+	Stderr string   // what it printed on stderr, trimmed
+	Kind   error    // ErrNoSuchJob, ErrUnavailable or nil
+	Err    error    // the cause: an *exec.ExitError, a context error, …
 }
 
+// Error reads "ARGV: KIND: CAUSE: STDERR", leaving out what is empty.
 func (e *CommandError) Error() string {
 	msg := strings.Join(e.Argv, " ") + ": "
 	if e.Kind != nil {
