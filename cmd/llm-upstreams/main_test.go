@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "endpoints"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := "endpoint_dir = \"" + root + "/endpoints\"\noutput_dir = \"" + root + "/out\"\nlock_file = \"" + root + "/lock\"\n" +
+		"[scheduler]\ncheck = false\n[tiers.fast]\n"
+	if err := os.WriteFile(good, []byte(conf+"[nginx]\ntest = [\"true\"]\nreload = [\"true\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	failing := filepath.Join(dir, "failing.toml")
+	if err := os.WriteFile(failing, []byte(conf+"[nginx]\ntest = [\"false\"]\nreload = [\"true\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("endpoint_dir = \"/e\"\nsweep = \"1s\"\n[tiers.fast]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // substring
+		stderr string // substring
+	}{
+		{name: "version", args: []string{"--version"}, code: exitOK, stdout: "llm-upstreams dev"},
+		{name: "no args", args: nil, code: exitUsage, stderr: "usage"},
+		{name: "unknown command", args: []string{"frob", "--config", good}, code: exitUsage, stderr: "usage"},
+		{name: "unknown flag", args: []string{"sync", "--nope"}, code: exitUsage, stderr: "usage"},
+		{name: "unknown config key", args: []string{"status", "--config", bad}, code: exitUsage, stderr: "bad.toml:2: unknown key sweep"},
+		{name: "sync, nginx test fails", args: []string{"sync", "--config", failing}, code: exitFailed, stderr: "nginx config test failed"},
+		{name: "sync", args: []string{"sync", "--config", good}, code: exitOK, stderr: "reloaded=true"},
+		{name: "status", args: []string{"status", "--config", good}, code: exitOK, stdout: "none (503)"},
+		{name: "status json", args: []string{"status", "--json", "--config", good}, code: exitOK, stdout: `"tiers"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(tt.args, &out, &errb)
+			if code != tt.code || !strings.Contains(out.String(), tt.stdout) || !strings.Contains(errb.String(), tt.stderr) {
+				t.Errorf("run(%v) = %d\nstdout: %s\nstderr: %s\nwant code %d, stdout with %q, stderr with %q",
+					tt.args, code, out.String(), errb.String(), tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+}
