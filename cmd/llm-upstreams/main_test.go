@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestRunExitCodes(t *testing.T) {
@@ -58,4 +62,74 @@ func TestRunExitCodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// watch re-reads its config on SIGHUP and exits 0 on SIGTERM.
+func TestRunWatchSignals(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"endpoints", "out"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := "endpoint_dir = \"" + root + "/endpoints\"\noutput_dir = \"" + root + "/out\"\nlock_file = \"" + root + "/lock\"\n" +
+		"[scheduler]\ncheck = false\n[nginx]\ntest = [\"true\"]\nreload = [\"true\"]\n[tiers.fast]\n"
+	path := filepath.Join(root, "c.toml")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() { code <- run([]string{"watch", "--config", path}, io.Discard, &syncWriter{w: &errb}) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-code
+		}
+	})
+	waitFile(t, filepath.Join(root, "out", "upstream-fast.conf"))
+	if err := os.WriteFile(path, []byte(conf+"[tiers.code]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(root, "out", "upstream-code.conf"))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if c := <-code; c != exitOK {
+		t.Errorf("watch exit code = %d, want %d", c, exitOK)
+	}
+}
+
+// waitFile polls until path exists or 10 s pass.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within 10s", path)
+		}
+		<-tick.C
+	}
+}
+
+// syncWriter serialises writes of the logger and the test.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -168,9 +168,11 @@ check = false
 
 // head is a stand-in for a tier's llama-server: it answers every request
 // with its name, and streams a few SSE chunks on /v1/chat/completions.
+// On /gated it sends one chunk and holds the rest until release is closed.
 type head struct {
-	name string
-	port int
+	name    string
+	port    int
+	release chan struct{}
 }
 
 func startHead(t testing.TB, name string) head {
@@ -188,11 +190,29 @@ func startHead(t testing.TB, name string) head {
 		}
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	})
+	release := make(chan struct{})
+	mux.HandleFunc("/gated", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, name) })
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return head{name: name, port: ln.Addr().(*net.TCPAddr).Port}
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	return head{name: name, port: ln.Addr().(*net.TCPAddr).Port, release: release}
 }
 
 // publish writes a ready endpoint file for tier/job pointing at h.
@@ -426,4 +446,45 @@ func maxOf(xs []float64) float64 {
 		}
 	}
 	return m
+}
+
+// A stream passes through nginx as the head produces it: the first chunk
+// reaches the client while the head still holds the rest back. (Measured:
+// nginx 1.22 forwards a flushed chunk at once even with proxy_buffering on,
+// so this guards the whole path, not that one directive.)
+func TestE2EStreamIsNotBuffered(t *testing.T) {
+	n := startNginx(t)
+	a := startHead(t, "head-a")
+	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+	n.publish(t, "fast", "105", a)
+	if _, err := u.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, n.fast, "/", "head-a serves", func(r reply) bool { return r.body == "head-a" })
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/gated", n.fast), "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 64)
+		k, _ := resp.Body.Read(buf)
+		first <- string(buf[:k])
+	}()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	select {
+	case got := <-first:
+		if !strings.Contains(got, "data: first") {
+			t.Errorf("first read = %q", got)
+		}
+	case <-deadline.C:
+		t.Fatalf("first chunk not delivered while the head held the stream: nginx buffers")
+	}
+	close(a.release)
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), "[DONE]") {
+		t.Errorf("rest of stream = %q", rest)
+	}
 }
