@@ -81,6 +81,9 @@ func (a *Applier) Apply(ctx context.Context, ups []endpoints.Upstream) (ApplyRes
 	if len(priors) == 0 && string(stamp) == digest {
 		return ApplyResult{}, nil
 	}
+	if err := os.MkdirAll(a.Dir, 0o755); err != nil {
+		return ApplyResult{}, fmt.Errorf("apply: %w", err)
+	}
 	res := ApplyResult{}
 	for _, p := range priors {
 		res.Changed = append(res.Changed, p.file)

@@ -160,3 +160,16 @@ func TestExecRunner(t *testing.T) {
 		t.Errorf("Run(false) = nil error")
 	}
 }
+
+// A missing output dir (first install) is created, not an error.
+func TestApplyCreatesOutputDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "slurm-llm")
+	f := &fakeNginx{dir: dir}
+	a := &Applier{Dir: dir, Test: []string{"nginx", "-t"}, Reload: []string{"r"}, Runner: f, Log: hclog.NewNullLogger()}
+	if _, err := a.Apply(context.Background(), ups("upstream-a.conf", "A")); err != nil {
+		t.Fatalf("Apply into a missing dir: %v", err)
+	}
+	if d := cmp.Diff(map[string]string{"upstream-a.conf": "A"}, readDirFiles(dir)); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
