@@ -42,6 +42,7 @@ func (c *Config) Plan(in PlanInput) (*Plan, error) {
 	return p, nil
 }
 
+// plan is Plan without the error's prefix.
 func (c *Config) plan(in PlanInput) (*Plan, error) {
 	if err := checkPlanInput(in); err != nil {
 		return nil, err
