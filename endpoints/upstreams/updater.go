@@ -39,6 +39,9 @@ type Updater struct {
 	cfg    Config
 	opts   Options
 	fences map[string]int
+	// rejected is the last pass's rejections (file → reason), so a bad file
+	// is logged when it appears or changes, not on every sweep.
+	rejected map[string]string
 }
 
 // TierReport is what one tier routes to after a pass.
@@ -157,22 +160,47 @@ func (u *Updater) Evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 	now := u.opts.Now()
 	rep := Report{Time: now}
 	scan, err := endpoints.ReadDir(u.cfg.EndpointDir, endpoints.ReadOptions{
-		AllowedUIDs: u.cfg.AllowedUIDs, MaxFileSize: u.cfg.MaxFileSize, Logger: u.opts.Log})
+		AllowedUIDs: u.cfg.AllowedUIDs, MaxFileSize: u.cfg.MaxFileSize})
 	if err != nil {
 		return rep, nil, fmt.Errorf("pass: %w", err)
 	}
 	rep.Scan = scan
+	u.logRejected(scan.Rejected)
 	jobs := u.askScheduler(ctx, scan.Entries, now)
 	if jobs.Err != nil {
 		rep.SchedulerError = jobs.Err.Error()
 		u.opts.Log.Warn("scheduler check failed; keeping entries unverified", "error", jobs.Err)
 	}
 	rep.Decisions = endpoints.Decide(scan.Entries, jobs, u.fences, now)
+	for i := range rep.Decisions {
+		if d := &rep.Decisions[i]; d.Live && !u.configured(d.Endpoint.Tier) {
+			d.Live, d.Unverified, d.Why = false, false, "tier not configured"
+		}
+	}
 	live := u.resolve(ctx, rep.Decisions)
 	ups := endpoints.Render(u.cfg.TierSpecs(), live, endpoints.RenderMeta{
 		Generator: u.opts.Generator, Source: u.cfg.EndpointDir})
 	rep.Tiers = u.tierReports(ups, live)
 	return rep, ups, nil
+}
+
+// configured reports whether tier is in the config.
+func (u *Updater) configured(tier string) bool {
+	_, ok := u.cfg.Tiers[tier]
+	return ok
+}
+
+// logRejected warns about each rejected file whose reason is new since the
+// last pass, and remembers this pass's set.
+func (u *Updater) logRejected(rs []endpoints.Rejected) {
+	now := make(map[string]string, len(rs))
+	for _, r := range rs {
+		now[r.File] = r.Reason
+		if u.rejected[r.File] != r.Reason {
+			u.opts.Log.Warn("endpoint file rejected", "file", r.File, "reason", r.Reason)
+		}
+	}
+	u.rejected = now
 }
 
 // askScheduler makes the pass's one scheduler call, if configured.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
 )
@@ -262,5 +263,40 @@ func TestWriteStatus(t *testing.T) {
 	}
 	if !strings.Contains(js.String(), `"served_by": "fast"`) {
 		t.Errorf("json status lacks served_by:\n%s", js.String())
+	}
+}
+
+// An entry of a tier the config does not name is read but not routed.
+func TestPassUnconfiguredTier(t *testing.T) {
+	cfg := testConfig(t)
+	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("other", "1", "10.0.0.1", 8080)); err != nil {
+		t.Fatal(err)
+	}
+	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	rep, err := u.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Live || rep.Decisions[0].Why != "tier not configured" {
+		t.Errorf("decisions = %+v", rep.Decisions)
+	}
+}
+
+// Regression: a bad file was logged on every sweep (every 5 s) forever.
+func TestPassLogsRejectionOnce(t *testing.T) {
+	cfg := testConfig(t)
+	if err := os.WriteFile(filepath.Join(cfg.EndpointDir, "fast-1.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
+	u := New(cfg, Options{Log: log, Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	for i := 0; i < 3; i++ {
+		if _, err := u.Pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "endpoint file rejected"); n != 1 {
+		t.Errorf("rejection logged %d times over 3 passes, want 1:\n%s", n, logs.String())
 	}
 }
