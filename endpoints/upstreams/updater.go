@@ -141,7 +141,7 @@ func (u *Updater) pass(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	u.fences = pruneFences(endpoints.LatestRestarts(rep.Scan.Entries, u.fences), rep.Scan.Entries)
+	u.saveFences(rep.Scan.Entries)
 	a := &Applier{Dir: u.cfg.OutputDir, Test: u.cfg.Nginx.Test, Reload: u.cfg.Nginx.Reload,
 		Runner: u.opts.Runner, Log: u.opts.Log}
 	res, err := a.Apply(ctx, ups)
@@ -171,6 +171,7 @@ func (u *Updater) Evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 		rep.SchedulerError = jobs.Err.Error()
 		u.opts.Log.Warn("scheduler check failed; keeping entries unverified", "error", jobs.Err)
 	}
+	u.fences = u.loadFences()
 	rep.Decisions = endpoints.Decide(scan.Entries, jobs, u.fences, now)
 	for i := range rep.Decisions {
 		if d := &rep.Decisions[i]; d.Live && !u.configured(d.Endpoint.Tier) {
@@ -276,15 +277,4 @@ func (u *Updater) tierReports(ups []endpoints.Upstream, live map[string][]endpoi
 		out = append(out, tr)
 	}
 	return out
-}
-
-// pruneFences keeps the fences of tier/jobs that still have a file, so the
-// map does not grow with every job ever seen.
-func pruneFences(fences map[string]int, entries []endpoints.Entry) map[string]int {
-	keep := make(map[string]int, len(entries))
-	for _, en := range entries {
-		k := endpoints.FenceKey(en.Endpoint.Tier, en.Endpoint.JobID)
-		keep[k] = fences[k]
-	}
-	return keep
 }

@@ -300,3 +300,31 @@ func TestPassLogsRejectionOnce(t *testing.T) {
 		t.Errorf("rejection logged %d times over 3 passes, want 1:\n%s", n, logs.String())
 	}
 }
+
+// Regression: fences lived only in the watcher's memory, so the timer's
+// sync pass routed an older run's rewritten file again and the two
+// processes flipped nginx back and forth.
+func TestFencesSharedBetweenProcesses(t *testing.T) {
+	cfg := testConfig(t)
+	newer := testEndpoint("fast", "7", "10.0.0.2", 8080)
+	newer.RestartCount = 1
+	if err := endpoints.Write(cfg.EndpointDir, newer); err != nil {
+		t.Fatal(err)
+	}
+	first := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	if _, err := first.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stale := testEndpoint("fast", "7", "10.0.0.1", 8080) // restart 0 rewrites the file
+	if err := endpoints.Write(cfg.EndpointDir, stale); err != nil {
+		t.Fatal(err)
+	}
+	second := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	rep, err := second.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Decisions) != 1 || rep.Decisions[0].Why != endpoints.WhySuperseded {
+		t.Errorf("stale run's file in a new process: %+v, want superseded", rep.Decisions)
+	}
+}
