@@ -10,9 +10,6 @@
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
-BINDIR     ?= $(PREFIX)/bin
-LIBEXECDIR ?= $(PREFIX)/libexec/slurm-llm
-SHAREDIR   ?= $(PREFIX)/share/slurm-llm
 SYSCONFDIR ?= /etc/slurm-llm
 UNITDIR    ?= /etc/systemd/system
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -21,7 +18,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build test e2e check vet fmt-check bench fuzz demo install uninstall cluster-up cluster-down clean
+.PHONY: all build test e2e check vet fmt-check bench fuzz demo install cluster-up cluster-down clean
 
 all: build
 
@@ -62,9 +59,7 @@ demo:
 	scripts/demo.sh
 
 install: build
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(SHAREDIR) $(DESTDIR)$(SYSCONFDIR)
-	install -m 0755 bin/llm-supervisor bin/llm-upstreams $(DESTDIR)$(BINDIR)/
-	scripts/install.sh --stage "$(DESTDIR)" --prefix "$(PREFIX)" --sysconfdir "$(SYSCONFDIR)" --unitdir "$(UNITDIR)"
+	scripts/install.sh --destdir "$(DESTDIR)" --prefix "$(PREFIX)" --sysconfdir "$(SYSCONFDIR)" --unitdir "$(UNITDIR)"
 
 clean:
 	rm -rf bin
