@@ -1,6 +1,6 @@
 module slurm-llm
 
-go 1.22
+go 1.23
 
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
