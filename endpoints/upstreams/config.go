@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -34,6 +35,9 @@ type Config struct {
 	// AllowedOwners are user names or numeric uids whose endpoint files are
 	// read; empty means any owner.
 	AllowedOwners []string `toml:"allowed_owners"`
+	// AllowedNetworks are CIDR prefixes an endpoint's address (after name
+	// resolution) must fall in; empty means any address.
+	AllowedNetworks []string `toml:"allowed_networks"`
 	// MaxFileSize is the largest endpoint file read, in bytes.
 	MaxFileSize int64 `toml:"max_file_size"`
 	// SweepInterval is how often watch mode re-checks leases and the scheduler.
@@ -55,6 +59,8 @@ type Config struct {
 
 	// AllowedUIDs is AllowedOwners resolved by Load.
 	AllowedUIDs []uint32 `toml:"-"`
+	// AllowedPrefixes is AllowedNetworks parsed by Load.
+	AllowedPrefixes []netip.Prefix `toml:"-"`
 	// Path is the file Load read.
 	Path string `toml:"-"`
 }
@@ -140,6 +146,13 @@ func Parse(path string, b []byte) (Config, error) {
 		return Config{}, fmt.Errorf("load config %s: %w", path, err)
 	}
 	cfg.AllowedUIDs = uids
+	for _, n := range cfg.AllowedNetworks {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			return Config{}, fmt.Errorf("load config %s: allowed_networks: %w", path, err)
+		}
+		cfg.AllowedPrefixes = append(cfg.AllowedPrefixes, p.Masked())
+	}
 	return cfg, nil
 }
 

@@ -31,6 +31,8 @@ func TestParseConfig(t *testing.T) {
 		{name: "bad duration", toml: "endpoint_dir = \"/e\"\nsweep_interval = \"soon\"\n[tiers.fast]\n", wantErr: "soon"},
 		{name: "zero duration", toml: "endpoint_dir = \"/e\"\nsweep_interval = \"0s\"\n[tiers.fast]\n", wantErr: "sweep_interval"},
 		{name: "empty reload argv", toml: "endpoint_dir = \"/e\"\n[tiers.fast]\n[nginx]\nreload = []\n", wantErr: "nginx.reload"},
+		{name: "networks", toml: "endpoint_dir = \"/e\"\nallowed_networks = [\"10.0.0.0/8\", \"fd00::/8\"]\n[tiers.fast]\n"},
+		{name: "bad network", toml: "endpoint_dir = \"/e\"\nallowed_networks = [\"10.0.0.0\"]\n[tiers.fast]\n", wantErr: "allowed_networks"},
 		{name: "numeric owner", toml: "endpoint_dir = \"/e\"\nallowed_owners = [\"0\", \"root\"]\n[tiers.fast]\n"},
 		{name: "unknown owner", toml: "endpoint_dir = \"/e\"\nallowed_owners = [\"no-such-user-xyz\"]\n[tiers.fast]\n", wantErr: "allowed_owners"},
 	}

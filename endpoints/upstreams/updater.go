@@ -216,7 +216,9 @@ func (u *Updater) askScheduler(ctx context.Context, entries []endpoints.Entry, n
 
 // resolve turns each live decision into servers. A host name that does not
 // resolve (to IP addresses) drops its entry, so nginx never sees a name
-// that would fail its config test and block every tier.
+// that would fail its config test and block every tier; so does an address
+// outside allowed_networks (a job cannot point a tier at, say, the
+// controller's own loopback services).
 func (u *Updater) resolve(ctx context.Context, ds []endpoints.Decision) map[string][]endpoints.Server {
 	live := map[string][]endpoints.Server{}
 	for i := range ds {
@@ -228,6 +230,10 @@ func (u *Updater) resolve(ctx context.Context, ds []endpoints.Decision) map[stri
 		if err != nil {
 			d.Live, d.Unverified, d.Why = false, false, "host does not resolve"
 			u.opts.Log.Warn("endpoint host does not resolve", "file", d.File, "error", err)
+			continue
+		}
+		if addrs = u.allowed(addrs); len(addrs) == 0 {
+			d.Live, d.Unverified, d.Why = false, false, "address not in allowed_networks"
 			continue
 		}
 		for _, a := range addrs {
@@ -259,6 +265,28 @@ func (u *Updater) lookup(ctx context.Context, host string) ([]string, error) {
 	}
 	slices.Sort(addrs)
 	return slices.Compact(addrs), nil
+}
+
+// allowed keeps the addresses inside the configured networks (all when
+// none are configured).
+func (u *Updater) allowed(addrs []string) []string {
+	if len(u.cfg.AllowedPrefixes) == 0 {
+		return addrs
+	}
+	var out []string
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			continue
+		}
+		for _, p := range u.cfg.AllowedPrefixes {
+			if p.Contains(ip.Unmap()) {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // tierReports summarises the rendered files; InSync compares with disk.

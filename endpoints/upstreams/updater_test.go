@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,6 +78,7 @@ func TestPass(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
+		networks  []string
 		files     []endpoints.Endpoint
 		jobs      fakeJobs
 		want      []tierView
@@ -93,6 +95,11 @@ func TestPass(t *testing.T) {
 			jobs:    fakeJobs{states: map[string]string{"1": "RUNNING", "2": "RUNNING"}},
 			want:    []tierView{{"fast", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}, {"reasoning", "fast", []string{"10.1.1.1:8080", "[fd00::1]:8080"}}},
 			wantWhy: []string{"ready", "host does not resolve"}},
+		{name: "address outside allowed networks dropped", networks: []string{"10.1.0.0/16"},
+			files:   []endpoints.Endpoint{testEndpoint("fast", "1", "node1", 8080), testEndpoint("reasoning", "2", "127.0.0.1", 8081)},
+			jobs:    fakeJobs{states: map[string]string{"1": "RUNNING", "2": "RUNNING"}},
+			want:    []tierView{{"fast", "fast", []string{"10.1.1.1:8080"}}, {"reasoning", "fast", []string{"10.1.1.1:8080"}}},
+			wantWhy: []string{"ready", "address not in allowed_networks"}},
 		{name: "job not running dropped", files: []endpoints.Endpoint{testEndpoint("fast", "1", "10.0.0.1", 8080)},
 			jobs: fakeJobs{states: map[string]string{"1": "COMPLETING"}},
 			want: []tierView{{"fast", "", nil}, {"reasoning", "", nil}}, wantWhy: []string{"job COMPLETING"}},
@@ -103,6 +110,9 @@ func TestPass(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig(t)
+			for _, n := range tt.networks {
+				cfg.AllowedPrefixes = append(cfg.AllowedPrefixes, netip.MustParsePrefix(n))
+			}
 			for _, e := range tt.files {
 				if err := endpoints.Write(cfg.EndpointDir, e); err != nil {
 					t.Fatal(err)
