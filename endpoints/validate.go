@@ -17,8 +17,8 @@ const (
 	maxJobIDLen    = 32
 	maxHostLen     = 253
 	maxLabelLen    = 63
-	maxModels      = 64
-	maxModelLen    = 128
+	maxModels      = 128
+	maxModelLen    = 256
 	maxReasonLen   = 256
 	maxNodeLen     = 64
 	maxRestartCnt  = 1_000_000
@@ -31,7 +31,6 @@ const (
 var (
 	tierRE  = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
 	jobIDRE = regexp.MustCompile(`^[0-9]{1,20}(_[0-9]{1,10})?$`)
-	modelRE = regexp.MustCompile(`^[A-Za-z0-9._:/@+-]{1,128}$`)
 	nodeRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 	labelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 )
@@ -89,15 +88,17 @@ func checkText(e Endpoint) []error {
 	add := func(field, problem string) { errs = append(errs, &FieldError{Field: field, Problem: problem}) }
 	if len(e.Reason) > maxReasonLen {
 		add("reason", fmt.Sprintf("longer than %d bytes", maxReasonLen))
-	} else if strings.IndexFunc(e.Reason, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+	} else if strings.IndexFunc(e.Reason, notPrintable) >= 0 {
 		add("reason", "contains a control or non-printable character")
 	}
 	if len(e.Models) > maxModels {
 		add("models", fmt.Sprintf("more than %d entries", maxModels))
 	}
+	// Model names are shown by status, never rendered into nginx config, so
+	// any printable text is fine: llama-server aliases may hold spaces.
 	for i, m := range e.Models {
-		if !modelRE.MatchString(m) {
-			add("models", fmt.Sprintf("entry %d: want 1-%d characters of [A-Za-z0-9._:/@+-]", i, maxModelLen))
+		if m == "" || len(m) > maxModelLen || strings.IndexFunc(m, notPrintable) >= 0 {
+			add("models", fmt.Sprintf("entry %d: want 1-%d bytes of printable characters", i, maxModelLen))
 			break
 		}
 	}
@@ -131,6 +132,9 @@ func checkTimes(e Endpoint) []error {
 	}
 	return errs
 }
+
+// notPrintable reports a rune that could carry control sequences to a terminal or log.
+func notPrintable(r rune) bool { return !unicode.IsPrint(r) }
 
 // Valid reports whether s is one of the three known states.
 func (s State) Valid() bool {
