@@ -36,7 +36,7 @@ var (
 )
 
 // FieldError says which field of an endpoint is invalid and why. Validate
-// returns one per invalid field, joined with errors.Join.
+// returns one per invalid field, joined (errors.As finds each).
 type FieldError struct {
 	// Field is the JSON name of the field ("host", "port").
 	Field string
@@ -49,7 +49,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
 
 // Validate checks every field of e against the strict rules of the format
 // (FORMAT.md). It returns nil for a valid endpoint, else one *FieldError per
-// invalid field joined with errors.Join. Nothing in a file that failed
+// invalid field, joined into one error whose message is a single line. Nothing in a file that failed
 // Validate may reach nginx or a terminal.
 func Validate(e Endpoint) error {
 	var errs []error
@@ -79,8 +79,26 @@ func Validate(e Endpoint) error {
 	}
 	errs = append(errs, checkText(e)...)
 	errs = append(errs, checkTimes(e)...)
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return fieldErrors(errs)
 }
+
+// fieldErrors is what Validate returns: errors.Is/As see each *FieldError
+// (Unwrap), and the message stays on one line for logs and status.
+type fieldErrors []error
+
+func (fe fieldErrors) Error() string {
+	msgs := make([]string, len(fe))
+	for i, e := range fe {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Unwrap lets errors.As find each *FieldError.
+func (fe fieldErrors) Unwrap() []error { return fe }
 
 // checkText validates the free-ish text fields: reason, models, node, pid.
 func checkText(e Endpoint) []error {

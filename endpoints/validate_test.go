@@ -95,3 +95,13 @@ func errorFields(err error) []string {
 	sort.Strings(fields)
 	return fields
 }
+
+// Several bad fields give one line: a rejection reason must not span lines.
+func TestValidateMessageIsOneLine(t *testing.T) {
+	e := validEndpoint()
+	e.Port, e.Host = 0, "a b"
+	err := Validate(e)
+	if err == nil || strings.Contains(err.Error(), "\n") {
+		t.Errorf("Validate = %q, want one line", err)
+	}
+}
