@@ -32,11 +32,11 @@ type TierSpec struct {
 type Server struct {
 	// Addr is "host:port" ("[v6]:port"), from validated fields only.
 	Addr string
-	// File, JobID, Restart and Node describe the source entry for the header.
+	// File and Restart name the source entry in the header. Nothing else
+	// from an endpoint file reaches nginx config: File is <tier>-<job>.json
+	// after validation, Restart an int.
 	File    string
-	JobID   string
 	Restart int
-	Node    string
 }
 
 // ServerOf returns the Server of a live decision, using addr as the host
@@ -45,7 +45,7 @@ func ServerOf(d Decision, addr string) Server {
 	e := d.Endpoint
 	return Server{
 		Addr: net.JoinHostPort(addr, strconv.Itoa(e.Port)),
-		File: d.File, JobID: e.JobID, Restart: e.RestartCount, Node: e.Node,
+		File: d.File, Restart: e.RestartCount,
 	}
 }
 
@@ -129,7 +129,7 @@ func renderTier(t TierSpec, servedBy string, servers []Server, meta RenderMeta) 
 		fmt.Fprintf(&b, "# BACKUP: tier %s has no live endpoint; routing to tier %s.\n", t.Name, servedBy)
 	}
 	for _, s := range servers {
-		fmt.Fprintf(&b, "# from %s (job %s, restart %d, node %s)\n", s.File, s.JobID, s.Restart, s.Node)
+		fmt.Fprintf(&b, "# from %s (restart %d)\n", s.File, s.Restart)
 	}
 	live := "0"
 	if servedBy != "" {

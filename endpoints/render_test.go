@@ -34,10 +34,10 @@ func golden(t *testing.T, name string, got []byte) {
 func TestRenderGolden(t *testing.T) {
 	meta := RenderMeta{Generator: "llm-upstreams test", Source: "/cluster/shared/ai/endpoints"}
 	tiers := []TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}, {Name: "code-x"}}
-	s1 := Server{Addr: "10.0.0.2:8080", File: "fast-200.json", JobID: "200", Restart: 1, Node: "node2"}
-	s2 := Server{Addr: "10.0.0.1:8080", File: "fast-100.json", JobID: "100", Node: "node1"}
-	s6 := Server{Addr: "[fd00::7]:9000", File: "reasoning-7.json", JobID: "7", Node: "node3"}
-	dup := Server{Addr: "10.0.0.1:8080", File: "fast-99.json", JobID: "99", Node: "node1"}
+	s1 := Server{Addr: "10.0.0.2:8080", File: "fast-200.json", Restart: 1}
+	s2 := Server{Addr: "10.0.0.1:8080", File: "fast-100.json"}
+	s6 := Server{Addr: "[fd00::7]:9000", File: "reasoning-7.json"}
+	dup := Server{Addr: "10.0.0.1:8080", File: "fast-99.json"}
 	tests := []struct {
 		name string
 		live map[string][]Server
@@ -61,8 +61,8 @@ func TestRenderGolden(t *testing.T) {
 // Regression: output that depended on input order reloaded nginx for nothing.
 func TestRenderStableUnderInputOrder(t *testing.T) {
 	tiers := []TierSpec{{Name: "fast"}}
-	a := Server{Addr: "10.0.0.1:1", File: "fast-1.json", JobID: "1", Node: "n"}
-	b := Server{Addr: "10.0.0.2:1", File: "fast-2.json", JobID: "2", Node: "n"}
+	a := Server{Addr: "10.0.0.1:1", File: "fast-1.json"}
+	b := Server{Addr: "10.0.0.2:1", File: "fast-2.json"}
 	x := Render(tiers, map[string][]Server{"fast": {a, b}}, RenderMeta{})
 	y := Render(tiers, map[string][]Server{"fast": {b, a}}, RenderMeta{})
 	if d := cmp.Diff(x, y); d != "" {
@@ -72,7 +72,7 @@ func TestRenderStableUnderInputOrder(t *testing.T) {
 
 func TestRenderCounts(t *testing.T) {
 	tiers := []TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}, {Name: "solo"}}
-	s := Server{Addr: "10.0.0.1:1", File: "fast-1.json", JobID: "1", Node: "n"}
+	s := Server{Addr: "10.0.0.1:1", File: "fast-1.json"}
 	type count struct {
 		Tier, ServedBy string
 		Servers        int
