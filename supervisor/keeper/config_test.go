@@ -1,0 +1,137 @@
+package keeper
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseDefaults(t *testing.T) {
+	cfg, err := Parse("k.toml", []byte(`
+state_dir = "/var/lib/k"
+[tiers.fast]
+script = "/s/fast.sbatch"
+[tiers.big]
+job_name = "llm-big-one"
+script = "/s/big.sbatch"
+sbatch_args = ["--partition=gpu_ai"]
+enabled = false
+backoff_initial = "10s"
+backoff_max = "5m"
+backoff_factor = 3.0
+healthy_reset = "1m"
+max_submits_per_hour = 9
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := DefaultTier
+	fast.Name, fast.JobName, fast.Script = "fast", "llm-fast", "/s/fast.sbatch"
+	want := Config{StateDir: "/var/lib/k", LockTimeout: DefaultLockTimeout, SchedulerTimeout: DefaultSchedulerTimeout,
+		Path: "k.toml", Tiers: map[string]TierConfig{
+			"fast": fast,
+			"big": {Name: "big", JobName: "llm-big-one", Script: "/s/big.sbatch", SbatchArgs: []string{"--partition=gpu_ai"},
+				BackoffInitial: 10 * time.Second, BackoffMax: 5 * time.Minute, BackoffFactor: 3,
+				HealthyReset: time.Minute, MaxSubmitsPerHour: 9},
+		}}
+	if d := cmp.Diff(want, cfg); d != "" {
+		t.Errorf("Parse (-want +got):\n%s", d)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		toml string
+		want []string // each line of the error, in order
+	}{
+		{name: "unknown keys, top level and in a tier", toml: `state_dir = "/k"
+statedir = "/k"
+[tiers.fast]
+script = "/s"
+backof_max = "1h"
+`, want: []string{"k.toml:2: statedir: unknown key", "k.toml:5: tiers.fast.backof_max: unknown key"}},
+		{name: "unknown table", toml: `state_dir = "/k"
+[tiers.fast]
+script = "/s"
+[tier.slow]
+script = "/s"
+`, want: []string{"k.toml:4: tier.slow: unknown key", "k.toml:5: tier.slow.script: unknown key"}},
+		{name: "bad values, with lines; a missing key has none", toml: `lock_timeout = "0s"
+[tiers.fast]
+job_name = "a,b"
+sbatch_args = ["-p", "x", "--job-name=y"]
+backoff_initial = "2m"
+backoff_max = "1m"
+backoff_factor = 0.5
+max_submits_per_hour = 0
+`, want: []string{
+			"k.toml: state_dir: want an absolute path",
+			"k.toml: tiers.fast.script: want the absolute path of an sbatch script",
+			"k.toml:1: lock_timeout: want a positive duration",
+			"k.toml:3: tiers.fast.job_name: want a name without commas, quotes or white space (squeue -n takes a list)",
+			"k.toml:4: tiers.fast.sbatch_args: set the job name with job_name, not --job-name=y",
+			"k.toml:6: tiers.fast.backoff_max: want at least backoff_initial (2m0s)",
+			"k.toml:7: tiers.fast.backoff_factor: want a number ≥ 1",
+			"k.toml:8: tiers.fast.max_submits_per_hour: want at least 1",
+		}},
+		{name: "no tiers", toml: `state_dir = "/k"`, want: []string{"k.toml: tiers: want at least one [tiers.NAME] table"}},
+		{name: "two tiers, one job name", toml: `state_dir = "/k"
+[tiers.a]
+script = "/s"
+job_name = "same"
+[tiers.b]
+script = "/s"
+job_name = "same"
+`, want: []string{`k.toml:7: tiers.b.job_name: "same" is also tier a's job name`}},
+		{name: "bad tier name", toml: `state_dir = "/k"
+[tiers.Fast]
+script = "/s"
+`, want: []string{`k.toml:2: tiers.Fast: tier "Fast": want 1-32 characters of [a-z0-9_-]`}},
+		{name: "a duration as a number", toml: `state_dir = "/k"
+[tiers.fast]
+script = "/s"
+healthy_reset = 5
+`, want: []string{`k.toml:4: tiers.fast.healthy_reset: want a duration string such as "30s" or "1h", not a number`}},
+		{name: "a value of the wrong type", toml: `state_dir = "/k"
+[tiers.fast]
+script = "/s"
+enabled = "yes"
+`, want: []string{`k.toml:2: tiers.fast: toml: line 4 (last key "tiers.fast.enabled"): incompatible types: TOML value has type string; destination has type boolean`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("k.toml", []byte(tt.toml))
+			if err == nil {
+				t.Fatal("Parse: no error")
+			}
+			got := strings.Split(strings.TrimPrefix(err.Error(), "load keeper config: "), "\n")
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("error lines (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// The shipped example must load, so that the docs in it stay true.
+func TestShippedConfigLoads(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	path := filepath.Join(filepath.Dir(file), "..", "..", "etc", "keeper.toml")
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"fast", "reasoning"}, cfg.TierNames()); d != "" {
+		t.Errorf("tiers (-want +got):\n%s", d)
+	}
+	for _, name := range cfg.TierNames() {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(file), "..", "..", "scripts", "sbatch", name+".sbatch")); err != nil {
+			t.Errorf("tier %s has no sbatch script in scripts/sbatch: %v", name, err)
+		}
+	}
+}

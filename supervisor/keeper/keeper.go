@@ -1,0 +1,203 @@
+// Package keeper keeps each enabled tier queued on the controller: every
+// pass it lists the tier's jobs by name, and when there is none it submits
+// the tier's sbatch script, with backoff and an hourly cap so that a broken
+// tier is not resubmitted in a loop. More than one job is trimmed to one;
+// a scheduler that does not answer means "unknown", never "no job". An
+// admin disables a tier (never resubmitted) or enables it (backoff
+// cleared). Decide and Observe hold the policy as pure functions; Keeper
+// gathers the facts, carries the decision out and keeps the state files.
+package keeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/slurm"
+)
+
+// Scheduler is the part of Slurm the keeper uses; *slurm.Client implements
+// it. Errors wrapping slurm.ErrUnavailable mean Slurm did not answer.
+type Scheduler interface {
+	// JobsByName lists the pending and running jobs named name.
+	JobsByName(ctx context.Context, name string) ([]slurm.JobRef, error)
+	// Submit runs sbatch on script with sbatchArgs and returns the job id.
+	Submit(ctx context.Context, script string, sbatchArgs ...string) (string, error)
+	// Cancel scancels a job; an unknown job counts as cancelled.
+	Cancel(ctx context.Context, id string) error
+}
+
+// Options are what a Keeper uses besides its config. The zero value talks
+// to the real Slurm, logs nothing and reads the real clock.
+type Options struct {
+	// Scheduler nil means &slurm.Client{Timeout: cfg.SchedulerTimeout}.
+	Scheduler Scheduler
+	// Log nil means no logging.
+	Log hclog.Logger
+	// Now nil means time.Now.
+	Now func() time.Time
+}
+
+// Keeper runs passes over the configured tiers and the admin commands on
+// them. Build it with New; it holds no state between calls but its files.
+type Keeper struct {
+	cfg   Config
+	sched Scheduler
+	log   hclog.Logger
+	now   func() time.Time
+	store *Store
+}
+
+// New returns a Keeper for cfg (as Load returns it).
+func New(cfg Config, opts Options) *Keeper {
+	k := &Keeper{cfg: cfg, sched: opts.Scheduler, log: opts.Log, now: opts.Now, store: NewStore(cfg.StateDir)}
+	if k.sched == nil {
+		k.sched = &slurm.Client{Timeout: cfg.SchedulerTimeout}
+	}
+	if k.log == nil {
+		k.log = hclog.NewNullLogger()
+	}
+	if k.now == nil {
+		k.now = time.Now
+	}
+	return k
+}
+
+// Store is where the keeper keeps its state files.
+func (k *Keeper) Store() *Store { return k.store }
+
+// TierResult is what one pass did about one tier.
+type TierResult struct {
+	// Tier names the tier.
+	Tier string
+	// Decision is what Decide chose.
+	Decision Decision
+	// Submitted is the id of the job submitted, if any.
+	Submitted string
+	// Err is the tier's failure: state unreadable, scheduler unavailable,
+	// sbatch or scancel failed, state not saved. nil when all went well.
+	Err error
+}
+
+// Pass runs one pass over every tier, in name order, holding the state
+// directory's lock. One tier's failure is logged and reported in its
+// result; the other tiers go on. The error joins the tiers' failures.
+func (k *Keeper) Pass(ctx context.Context) ([]TierResult, error) {
+	unlock, err := k.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var results []TierResult
+	var errs []error
+	for _, name := range k.cfg.TierNames() {
+		res := k.passTier(ctx, k.cfg.Tiers[name])
+		results = append(results, res)
+		if res.Err != nil {
+			errs = append(errs, fmt.Errorf("tier %s: %w", name, res.Err))
+		}
+	}
+	return results, errors.Join(errs...)
+}
+
+// lock takes the state directory's lock, waiting at most lock_timeout.
+func (k *Keeper) lock(ctx context.Context) (func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.LockTimeout)
+	defer cancel()
+	return k.store.Lock(ctx)
+}
+
+// passTier gathers one tier's facts, decides, acts and saves its state.
+func (k *Keeper) passTier(ctx context.Context, tc TierConfig) TierResult {
+	log := k.log.With("tier", tc.Name)
+	st, err := k.store.Load(tc.Name)
+	if err != nil {
+		log.Error("state unreadable, tier left alone", "error", err)
+		return TierResult{Tier: tc.Name, Err: err}
+	}
+	now := k.now()
+	jobs, listErr := k.sched.JobsByName(ctx, tc.JobName)
+	if listErr == nil {
+		before := st.Unhealthy
+		st = Observe(tc, st, jobs, now)
+		if before > 0 && st.Unhealthy == 0 {
+			log.Info("job ran long enough, backoff reset", "job_id", st.JobID, "healthy_reset", tc.HealthyReset)
+		}
+	} else {
+		st = RecordError(st, listErr, now)
+	}
+	d := Decide(tc, st, jobs, listErr, now)
+	res := TierResult{Tier: tc.Name, Decision: d, Err: listErr}
+	st, res = k.act(ctx, log, tc, st, res, now)
+	if err := k.store.Save(tc.Name, st); err != nil {
+		log.Error("state not saved", "error", err)
+		res.Err = errors.Join(res.Err, err)
+	}
+	return res
+}
+
+// act carries out res.Decision and returns the state after it.
+func (k *Keeper) act(ctx context.Context, log hclog.Logger, tc TierConfig, st TierState, res TierResult, now time.Time) (TierState, TierResult) {
+	d := res.Decision
+	switch d.Action {
+	case ActionUnknown:
+		log.Warn("scheduler did not answer, nothing done", "error", res.Err)
+	case ActionNothing:
+		log.Debug("nothing to do", "reason", d.Reason)
+	case ActionWait:
+		log.Info("no job, waiting", "until", d.Until.UTC().Format(time.RFC3339), "left", d.Wait, "reason", d.Reason)
+	case ActionSubmit:
+		st, res = k.submit(ctx, log, tc, st, res, now)
+	case ActionCancelExtras:
+		log.Warn("too many jobs, cancelling extras", "keep", d.Keep, "cancel", d.Cancel, "reason", d.Reason)
+		for _, id := range d.Cancel {
+			if err := k.sched.Cancel(ctx, id); err != nil {
+				log.Error("cancel extra job", "job_id", id, "error", err)
+				st = RecordError(st, err, now)
+				res.Err = errors.Join(res.Err, err)
+			}
+		}
+	}
+	return st, res
+}
+
+// submit sbatches the tier's script under its job name and records it.
+func (k *Keeper) submit(ctx context.Context, log hclog.Logger, tc TierConfig, st TierState, res TierResult, now time.Time) (TierState, TierResult) {
+	args := append([]string{"--job-name=" + tc.JobName}, tc.SbatchArgs...)
+	id, err := k.sched.Submit(ctx, tc.Script, args...)
+	st = RecordSubmit(st, id, err, now)
+	if err != nil {
+		log.Error("submit failed", "script", tc.Script, "unhealthy_submits", st.Unhealthy,
+			"next_backoff", Backoff(tc, st.Unhealthy), "error", err)
+		res.Err = errors.Join(res.Err, err)
+		return st, res
+	}
+	log.Info("submitted", "job_id", id, "script", tc.Script, "unhealthy_submits", st.Unhealthy, "reason", res.Decision.Reason)
+	res.Submitted = id
+	return st, res
+}
+
+// Run runs a pass at once and then every interval (counted from the end
+// of the previous pass) until ctx ends, then returns nil. A failed pass is
+// logged and the loop goes on.
+func (k *Keeper) Run(ctx context.Context, interval time.Duration) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		if ctx.Err() != nil {
+			return nil // both were ready and select chose the timer
+		}
+		if _, err := k.Pass(ctx); err != nil && ctx.Err() == nil {
+			k.log.Warn("pass had failures", "error", err)
+		}
+		timer.Reset(interval)
+	}
+}
