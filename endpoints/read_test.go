@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -221,5 +222,26 @@ func FuzzParse(f *testing.F) {
 		if d := cmp.Diff(e, e2); d != "" {
 			t.Fatalf("round trip (-first +second):\n%s", d)
 		}
+		d := Decision{Entry: Entry{File: FileName(e.Tier, e.JobID), Endpoint: e}, Live: true}
+		assertSafeRender(t, Render([]TierSpec{{Name: e.Tier}}, map[string][]Server{e.Tier: {ServerOf(d, e.Host)}}, RenderMeta{}))
 	})
+}
+
+// safeLine is every line shape a rendered upstream file may have.
+var safeLine = regexp.MustCompile(`^(#[^\n]*|` +
+	`map \$host \$slurm_llm_[a-z0-9_]+_(live|served_by) \{ default ("[a-z0-9_-]+"|[01]); \}|` +
+	`upstream slurm_llm_[a-z0-9_]+ \{|` +
+	`    server [A-Za-z0-9.:\[\]-]+ max_fails=1 fail_timeout=10s;|` +
+	`    server 127\.0\.0\.1:9 down;|    keepalive [0-9]+;|\}|)$`)
+
+// assertSafeRender fails unless every line of every file is a known shape.
+func assertSafeRender(t *testing.T, ups []Upstream) {
+	t.Helper()
+	for _, u := range ups {
+		for _, line := range strings.Split(string(u.Bytes), "\n") {
+			if !safeLine.MatchString(line) {
+				t.Fatalf("unexpected line in %s: %q", u.File, line)
+			}
+		}
+	}
 }

@@ -49,7 +49,9 @@ func TestRenderGolden(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var all bytes.Buffer
-			for _, u := range Render(tiers, tt.live, meta) {
+			rendered := Render(tiers, tt.live, meta)
+			assertSafeRender(t, rendered)
+			for _, u := range rendered {
 				all.WriteString("==> " + u.File + " <==\n")
 				all.Write(u.Bytes)
 			}
