@@ -1,0 +1,221 @@
+package main
+
+// The keeper's subcommands: `llm-upstreams keep` keeps each enabled tier's
+// Slurm job queued; `llm-upstreams tier` lets an admin disable and enable
+// a tier. The policy lives in supervisor/keeper; this file only wires
+// flags, signals, the logger and exit codes. Names here start with keep or
+// tier so that they never meet the rest of package main.
+//
+//	llm-upstreams keep [--config FILE] [--once | --interval 30s]
+//	llm-upstreams keep status [--config FILE] [--json]
+//	llm-upstreams tier disable NAME [--cancel] [--config FILE]
+//	llm-upstreams tier enable NAME [--config FILE]
+//
+// Every form also takes --log-format text|json and --log-level LEVEL.
+// Exit codes: 0 success; 1 a tier's pass or the admin command failed
+// (scheduler unavailable, sbatch or scancel failed, state not saved);
+// 2 usage or config error, unknown tier.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/supervisor/keeper"
+)
+
+// Exit codes of keep and tier (the same numbers as the rest of the binary).
+const (
+	keepExitOK     = 0
+	keepExitFailed = 1
+	keepExitUsage  = 2
+)
+
+const keepDefaultConfig = "/etc/slurm-llm/keeper.toml"
+
+// keepDefaultInterval is the loop's interval when neither --once nor
+// --interval is given.
+const keepDefaultInterval = 30 * time.Second
+
+// keepFlags are the flags every keep and tier form takes.
+type keepFlags struct {
+	config    string
+	logFormat string
+	logLevel  string
+}
+
+func (f *keepFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", keepDefaultConfig, "keeper config file")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn, error")
+}
+
+// setup builds the logger and loads the config; a non-zero code means
+// stop with it (the problem is already printed).
+func (f *keepFlags) setup(name string, stderr io.Writer) (keeper.Config, hclog.Logger, int) {
+	if f.logFormat != "text" && f.logFormat != "json" {
+		fmt.Fprintf(stderr, "%s: --log-format %q: want text or json\n", name, f.logFormat)
+		return keeper.Config{}, nil, keepExitUsage
+	}
+	level := hclog.LevelFromString(f.logLevel)
+	if level == hclog.NoLevel {
+		fmt.Fprintf(stderr, "%s: --log-level %q: want trace, debug, info, warn or error\n", name, f.logLevel)
+		return keeper.Config{}, nil, keepExitUsage
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: stderr, JSONFormat: f.logFormat == "json"})
+	cfg, err := keeper.Load(f.config)
+	if err != nil {
+		log.Error("config", "error", err)
+		return keeper.Config{}, nil, keepExitUsage
+	}
+	return cfg, log, keepExitOK
+}
+
+func keepUsage(w io.Writer) {
+	fmt.Fprint(w, "usage: llm-upstreams keep [--config FILE] [--once | --interval 30s] [--log-format text|json] [--log-level LEVEL]\n"+
+		"       llm-upstreams keep status [--config FILE] [--json]\n")
+}
+
+func tierUsage(w io.Writer) {
+	fmt.Fprint(w, "usage: llm-upstreams tier disable NAME [--cancel] [--config FILE] [--log-format text|json]\n"+
+		"       llm-upstreams tier enable NAME [--config FILE] [--log-format text|json]\n")
+}
+
+// keepParse parses args with fs, allowing flags after positional
+// arguments ("disable fast --cancel"), and returns the positional ones.
+func keepParse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// runKeep runs `llm-upstreams keep …`; args are what follows "keep". It
+// runs one pass (--once, for a systemd timer) or passes every --interval
+// until SIGTERM or SIGINT; `keep status` prints each tier's state.
+func runKeep(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "status" {
+		return runKeepStatus(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("llm-upstreams keep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f keepFlags
+	f.register(fs)
+	once := fs.Bool("once", false, "run one pass and exit (for a systemd timer)")
+	interval := fs.Duration("interval", 0, "run a pass this often until SIGTERM (default 30s)")
+	rest, err := keepParse(fs, args)
+	if err != nil || len(rest) != 0 || (*once && *interval != 0) || *interval < 0 {
+		keepUsage(stderr)
+		return keepExitUsage
+	}
+	cfg, log, code := f.setup("keeper", stderr)
+	if code != keepExitOK {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	k := keeper.New(cfg, keeper.Options{Log: log})
+	if *once {
+		if _, err := k.Pass(ctx); err != nil {
+			log.Error("pass had failures", "error", err)
+			return keepExitFailed
+		}
+		return keepExitOK
+	}
+	if *interval == 0 {
+		*interval = keepDefaultInterval
+	}
+	log.Info("keeping tiers queued", "tiers", cfg.TierNames(), "interval", *interval)
+	if err := k.Run(ctx, *interval); err != nil {
+		log.Error("keeper stopped", "error", err)
+		return keepExitFailed
+	}
+	log.Info("stopped")
+	return keepExitOK
+}
+
+// runKeepStatus prints every tier's state against a fresh squeue listing.
+// It exits 0 even when squeue fails: the table says "unknown".
+func runKeepStatus(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("llm-upstreams keep status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f keepFlags
+	f.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	rest, err := keepParse(fs, args)
+	if err != nil || len(rest) != 0 {
+		keepUsage(stderr)
+		return keepExitUsage
+	}
+	cfg, log, code := f.setup("keeper", stderr)
+	if code != keepExitOK {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := keeper.WriteStatus(stdout, keeper.New(cfg, keeper.Options{Log: log}).Status(ctx), time.Now(), *asJSON); err != nil {
+		log.Error("status", "error", err)
+		return keepExitFailed
+	}
+	return keepExitOK
+}
+
+// runTier runs `llm-upstreams tier disable|enable NAME`; args are what
+// follows "tier".
+func runTier(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("llm-upstreams tier", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f keepFlags
+	f.register(fs)
+	cancel := fs.Bool("cancel", false, "disable: also scancel the tier's jobs")
+	rest, err := keepParse(fs, args)
+	if err != nil || len(rest) != 2 || (rest[0] != "disable" && rest[0] != "enable") || (*cancel && rest[0] != "disable") {
+		tierUsage(stderr)
+		return keepExitUsage
+	}
+	cfg, log, code := f.setup("keeper", stderr)
+	if code != keepExitOK {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	k := keeper.New(cfg, keeper.Options{Log: log})
+	verb, tier := rest[0], rest[1]
+	if verb == "enable" {
+		return tierExit(log, k.EnableTier(ctx, tier), func() { fmt.Fprintf(stdout, "tier %s enabled\n", tier) })
+	}
+	cancelled, err := k.DisableTier(ctx, tier, *cancel)
+	for _, id := range cancelled {
+		fmt.Fprintf(stdout, "job %s cancelled\n", id)
+	}
+	return tierExit(log, err, func() { fmt.Fprintf(stdout, "tier %s disabled\n", tier) })
+}
+
+// tierExit maps an admin command's error to an exit code, and says what
+// was done on success.
+func tierExit(log hclog.Logger, err error, done func()) int {
+	switch {
+	case errors.Is(err, keeper.ErrUnknownTier):
+		log.Error("tier", "error", err)
+		return keepExitUsage
+	case err != nil:
+		log.Error("tier", "error", err)
+		return keepExitFailed
+	}
+	done()
+	return keepExitOK
+}
