@@ -112,11 +112,13 @@ func Parse(path string, b []byte) (Config, error) {
 	cfg.Path = path
 	cfg.Tiers = map[string]TierConfig{}
 	var probs []problem
+	failed := map[string]bool{}
 	for name, prim := range fc.Tiers {
 		tc := DefaultTier
 		tc.SbatchArgs = nil
 		if err := md.PrimitiveDecode(prim, &tc); err != nil {
 			probs = append(probs, problem{key: toml.Key{"tiers", name}, msg: err.Error()})
+			failed[name] = true
 			continue
 		}
 		tc.Name = name
@@ -130,6 +132,9 @@ func Parse(path string, b []byte) (Config, error) {
 	}
 	probs = append(probs, bareDurations(md)...)
 	for _, k := range md.Undecoded() {
+		if len(k) > 2 && k[0] == "tiers" && failed[k[1]] {
+			continue // the decoder stopped inside this tier: its keys are not unknown
+		}
 		probs = append(probs, problem{key: k, msg: "unknown key"})
 	}
 	probs = append(probs, cfg.validate()...)
