@@ -1,0 +1,342 @@
+//go:build e2e
+
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"slurm-llm/endpoints"
+)
+
+// e2eTier is a distributed tier run by the real llm-supervisor under real
+// Slurm (scripts/slurm-cluster.sh up): head on node1, workers on node2 and
+// node3, all fake-llama. Everything lives in dir, whose random name is the
+// marker that finds leftover processes.
+type e2eTier struct {
+	dir, endpointDir, jobOut string
+	headPort, workerPort     int
+	jobID                    string
+}
+
+func TestE2EDistributedTier(t *testing.T) {
+	tr := setupE2E(t)
+	tr.submit(t)
+	tr.waitState(t, endpoints.StateReady, 90*time.Second)
+	tr.complete(t)
+
+	step := tr.stepID(t, "e2e-rpc-node2")
+	t.Logf("cancelling worker step %s", step)
+	if out, err := exec.Command("scancel", step).CombinedOutput(); err != nil {
+		t.Fatalf("scancel %s: %v %s", step, err, out)
+	}
+	e2eWaitFor(t, "the tier to recover by itself", 60*time.Second, func() bool {
+		return strings.Count(tr.log(), "to=ready") >= 2 && tr.state() == endpoints.StateReady
+	})
+	tr.complete(t)
+
+	if out, err := exec.Command("scancel", tr.jobID).CombinedOutput(); err != nil {
+		t.Fatalf("scancel %s: %v %s", tr.jobID, err, out)
+	}
+	e2eWaitFor(t, "the endpoint file to go", 60*time.Second, func() bool { return tr.state() == "" })
+	e2eWaitFor(t, "every fake process to end", 60*time.Second, func() bool { return len(tr.leftovers()) == 0 })
+	t.Logf("supervisor log:\n%s", tr.log())
+}
+
+// setupE2E builds the binaries into a fresh world-readable temp dir and
+// writes the tier config and the batch script.
+func setupE2E(t testing.TB) *e2eTier {
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: needs root and the local cluster (scripts/slurm-cluster.sh up)")
+	}
+	if err := exec.Command("sinfo").Run(); err != nil {
+		t.Skip("e2e: no Slurm cluster: ", err)
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	dir := filepath.Join(os.TempDir(), "slurm-llm-e2e-sup-"+hex.EncodeToString(b))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr := &e2eTier{dir: dir, endpointDir: filepath.Join(dir, "endpoints"), jobOut: filepath.Join(dir, "job.out")}
+	os.MkdirAll(tr.endpointDir, 0o755)
+	e2eBuild(t, filepath.Join(dir, "llm-supervisor"), "slurm-llm/cmd/llm-supervisor")
+	e2eBuild(t, filepath.Join(dir, "fake-llama"), "slurm-llm/cmd/fake-llama")
+	tr.headPort = e2eFreePort(t)
+	workerPort := e2eFreePortPair(t)
+	tr.workerPort = workerPort
+	e2eWriteFile(t, filepath.Join(dir, "tier.toml"), fmt.Sprintf(e2eConfig, tr.endpointDir, dir, dir, tr.headPort, dir, workerPort))
+	e2eWriteFile(t, filepath.Join(dir, "job.sh"), fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml --log-level debug\n", dir, dir))
+	t.Cleanup(func() { tr.cleanup(t) })
+	return tr
+}
+
+const e2eConfig = `
+tier = "e2e"
+kind = "distributed"
+endpoint_dir = %q
+log_dir = "%s/logs"
+node_address = "slurm"
+min_workers = 2
+
+[head]
+command = ["%s/fake-llama", "server", "--host", "{addr}", "--port", "{port}", "--rpc", "{rpc}",
+           "-m", "/models/e2e.gguf", "--metrics", "--fake-load-time", "300ms"]
+port = %d
+
+[worker]
+command = ["%s/fake-llama", "rpc-server", "--host", "{addr}", "--port", "{port}"]
+port = %d
+port_step = 1
+ready_pattern = "Starting RPC server"
+
+[timeouts]
+worker_start = "30s"
+load = "60s"
+health_interval = "500ms"
+stop_grace = "3s"
+heartbeat = "1s"
+lease = "10s"
+
+[restart]
+initial_backoff = "20ms"
+max_backoff = "100ms"
+max_failures = 1000     # the benchmark kills a worker again and again
+`
+
+func e2eBuild(t testing.TB, out, pkg string) {
+	t.Helper()
+	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+func e2eWriteFile(t testing.TB, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func e2eFreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// freePortPair returns p such that p and p+1 were free (the two workers
+// share 127.0.0.1 and use port_step 1).
+func e2eFreePortPair(t testing.TB) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		p := e2eFreePort(t)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
+			l.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port pair")
+	return 0
+}
+
+// submit sbatches the tier on the three nodes and waits until it runs.
+func (tr *e2eTier) submit(t testing.TB) {
+	out, err := exec.Command("sbatch", "--parsable", "-N3", "-w", "node[1-3]", "-p", "gpu_ai", "--job-name=e2e-supervisor",
+		"--output="+tr.jobOut, filepath.Join(tr.dir, "job.sh")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sbatch: %v %s", err, out)
+	}
+	tr.jobID = strings.TrimSpace(strings.Split(string(out), ";")[0])
+	t.Logf("job %s, dir %s", tr.jobID, tr.dir)
+}
+
+// cleanup cancels the job and kills, by PID, any process left under dir.
+func (tr *e2eTier) cleanup(t testing.TB) {
+	if tr.jobID != "" {
+		exec.Command("scancel", tr.jobID).Run()
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for len(tr.leftovers()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, pid := range tr.leftovers() {
+		t.Errorf("process %d left behind; killing it", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if t.Failed() {
+		t.Logf("supervisor log:\n%s", tr.log())
+	} else if os.Getenv("E2E_KEEP") == "" {
+		os.RemoveAll(tr.dir)
+	}
+}
+
+// leftovers lists the processes whose command line names dir.
+func (tr *e2eTier) leftovers() []int {
+	out, _ := exec.Command("pgrep", "-f", tr.dir).Output()
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func (tr *e2eTier) log() string {
+	b, _ := os.ReadFile(tr.jobOut)
+	return string(b)
+}
+
+// state is the endpoint file's state, "" when there is none.
+func (tr *e2eTier) state() endpoints.State {
+	b, err := os.ReadFile(filepath.Join(tr.endpointDir, endpoints.FileName("e2e", tr.jobID)))
+	if err != nil {
+		return ""
+	}
+	e, err := endpoints.Parse(b)
+	if err != nil {
+		return ""
+	}
+	return e.State
+}
+
+func (tr *e2eTier) waitState(t testing.TB, want endpoints.State, d time.Duration) {
+	t.Helper()
+	e2eWaitFor(t, "endpoint "+string(want), d, func() bool { return tr.state() == want })
+}
+
+// complete asks the tier for a chat completion.
+func (tr *e2eTier) complete(t testing.TB) {
+	t.Helper()
+	body := `{"messages":[{"role":"user","content":"hi"}]}`
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", tr.headPort), "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("completion: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var reply struct {
+		Choices []json.RawMessage `json:"choices"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(b, &reply) != nil || len(reply.Choices) == 0 {
+		t.Fatalf("completion: %d %s", resp.StatusCode, b)
+	}
+}
+
+// stepID finds the step named name in the job (squeue -s).
+func (tr *e2eTier) stepID(t testing.TB, name string) string {
+	t.Helper()
+	out, err := exec.Command("squeue", "-h", "-s", "-j", tr.jobID, "-o", "%i %j").Output()
+	if err != nil {
+		t.Fatalf("squeue -s: %v", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == name {
+			return f[0]
+		}
+	}
+	t.Fatalf("no step %s in:\n%s", name, out)
+	return ""
+}
+
+// waitFor polls cond until it holds or d passes.
+func e2eWaitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// BenchmarkE2EWorkerKillDetect kills a worker's fake rpc-server (the task
+// under srun and the shim) with SIGKILL, b.N times, and reports the median
+// time until the supervisor logged the exit, and until the tier was ready again.
+func BenchmarkE2EWorkerKillDetect(b *testing.B) {
+	tr := setupE2E(b)
+	tr.submit(b)
+	tr.waitState(b, endpoints.StateReady, 90*time.Second)
+	var detect, recover []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pid := tr.workerPID(b)
+		const exited, ready = "process exited: job=", "to=ready"
+		exits, readies := strings.Count(tr.log(), exited), strings.Count(tr.log(), ready)
+		killed := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		e2eWaitFor(b, "the exit in the log", 30*time.Second, func() bool { return strings.Count(tr.log(), exited) > exits })
+		detect = append(detect, tr.nthLineTime(b, exited, exits).Sub(killed))
+		e2eWaitFor(b, "ready again", 60*time.Second, func() bool { return strings.Count(tr.log(), ready) > readies })
+		recover = append(recover, tr.nthLineTime(b, ready, readies).Sub(killed))
+	}
+	b.StopTimer()
+	b.ReportMetric(medianMS(detect), "ms-detect")
+	b.ReportMetric(medianMS(recover), "ms-ready-again")
+}
+
+// workerPID finds the fake rpc-server of node2's worker (port workerPort):
+// the process whose command line starts with the fake's path (not srun's
+// nor the shim's).
+func (tr *e2eTier) workerPID(t testing.TB) int {
+	t.Helper()
+	var pid int
+	pattern := fmt.Sprintf("^%s/fake-llama rpc-server .*--port %d$", tr.dir, tr.workerPort)
+	e2eWaitFor(t, "the worker process", 30*time.Second, func() bool {
+		out, _ := exec.Command("pgrep", "-f", pattern).Output()
+		f := strings.Fields(string(out))
+		if len(f) != 1 {
+			return false
+		}
+		pid, _ = strconv.Atoi(f[0])
+		return pid > 0
+	})
+	return pid
+}
+
+// nthLineTime returns the timestamp of the log line after the first n that contain s.
+func (tr *e2eTier) nthLineTime(t testing.TB, s string, n int) time.Time {
+	t.Helper()
+	for _, line := range strings.Split(tr.log(), "\n") {
+		if !strings.Contains(line, s) {
+			continue
+		}
+		if n > 0 {
+			n--
+			continue
+		}
+		ts, err := time.Parse("2006-01-02T15:04:05.000Z07:00", strings.Fields(line)[0])
+		if err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		return ts
+	}
+	t.Fatalf("no line %d with %q", n, s)
+	return time.Time{}
+}
+
+func medianMS(ds []time.Duration) float64 {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return float64(ds[len(ds)/2]) / float64(time.Millisecond)
+}

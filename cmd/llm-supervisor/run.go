@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/slurm"
+	"slurm-llm/supervisor"
+)
+
+// runOptions are the flags of the run subcommand.
+type runOptions struct {
+	config, logFormat, logLevel string
+}
+
+// parseRunArgs reads run's flags.
+func parseRunArgs(args []string, stderr io.Writer) (runOptions, error) {
+	var o runOptions
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.config, "config", "", "the tier config (TOML)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.config == "" || fs.NArg() > 0 {
+		return o, errors.New("run needs --config TIER.toml and no other arguments")
+	}
+	return o, nil
+}
+
+// runRun is the run subcommand: supervise the tier until an ordered stop
+// or until it gives up. It returns the exit code.
+func runRun(args []string, stderr io.Writer) int {
+	o, err := parseRunArgs(args, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "llm-supervisor run: %v\n", err)
+		return exitUsage
+	}
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "llm-supervisor run: %v\n", err)
+		return exitUsage
+	}
+	cfg, err := supervisor.LoadConfig(o.config)
+	if err != nil {
+		log.Error("invalid config", "config", o.config, "error", err)
+		return exitUsage
+	}
+	alloc, err := slurm.AllocationFromEnv(os.Getenv)
+	if err != nil {
+		log.Error("cannot read the job's allocation", "error", err)
+		return exitUsage
+	}
+	log = log.With("tier", cfg.Tier, "job", alloc.JobID)
+	client := &slurm.Client{}
+	runner, err := newRunner(cfg, alloc, client, log)
+	if err != nil {
+		log.Error("cannot plan the tier", "error", err)
+		return exitSetup
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go forwardSignals(ctx, runner, log)
+	if err := runner.Run(ctx); err != nil {
+		// The runner logged the one "gave up" line with its reason.
+		return exitGaveUp
+	}
+	return exitOK
+}
+
+// newRunner plans the tier for the allocation and builds its runner with
+// the srun launcher; Replan rebuilds the plan when a worker node is dropped.
+func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Client, log hclog.Logger) (*supervisor.Runner, error) {
+	addrs, err := cfg.NodeAddresses(alloc.Nodes, func(nodes []string) (map[string]string, error) {
+		return client.NodeAddrs(context.Background(), nodes)
+	})
+	if err != nil {
+		return nil, err
+	}
+	in := supervisor.PlanInput{JobID: alloc.JobID, RestartCount: alloc.RestartCount,
+		Nodes: alloc.Nodes, BatchNode: alloc.BatchNode, Addrs: addrs}
+	plan, err := cfg.Plan(in)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("plan", "kind", plan.Kind, "head", plan.Head.Node, "workers", len(plan.Workers),
+		"endpoint", fmt.Sprintf("%s:%d", plan.EndpointHost, plan.EndpointPort), "restart_count", plan.RestartCount)
+	launcher, err := srunLauncher(plan, client)
+	if err != nil {
+		return nil, err
+	}
+	return supervisor.New(plan, supervisor.Options{
+		Launcher: launcher,
+		Logger:   log,
+		Replan: func(workers []string) (*supervisor.Plan, error) {
+			next := in
+			next.Workers = workers
+			return cfg.Plan(next)
+		},
+	})
+}
+
+// forwardSignals turns SIGTERM/SIGINT into stop requests: the first asks
+// for an ordered stop, the next ones skip the wait for requests in flight.
+func forwardSignals(ctx context.Context, r *supervisor.Runner, log hclog.Logger) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	count := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-sigs:
+			count++
+			log.Info("signal received", "signal", sig.String(), "count", count)
+			r.Stop(supervisor.StopRequest{Reason: supervisor.ReasonShutdown, SkipDrain: count > 1})
+		}
+	}
+}
+
+// srunLauncher starts each process as its own step of the job.
+func srunLauncher(plan *supervisor.Plan, client *slurm.Client) (supervisor.SrunLauncher, error) {
+	return supervisor.SrunLauncher{Srun: plan.Srun, CancelStep: client.Cancel}, nil
+}
