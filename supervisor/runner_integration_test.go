@@ -171,7 +171,11 @@ func startRunner(t testing.TB, plan *Plan, opts Options) *running {
 	t.Helper()
 	rn := &running{rec: &recorder{}, plan: plan, done: make(chan struct{}), log: &syncBuffer{}}
 	opts.Launcher = LocalLauncher{}
-	opts.Observer = rn.rec.observe
+	if extra := opts.Observer; extra != nil {
+		opts.Observer = func(e Event) { rn.rec.observe(e); extra(e) }
+	} else {
+		opts.Observer = rn.rec.observe
+	}
 	opts.Logger = hclog.New(&hclog.LoggerOptions{Output: rn.log, Level: hclog.Debug})
 	r, err := New(plan, opts)
 	if err != nil {
