@@ -1,0 +1,93 @@
+package supervisor
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"slurm-llm/endpoints"
+)
+
+// A worker without a ready pattern is seen ready by the startup port probe.
+func TestRunnerWorkerReadyByProbe(t *testing.T) {
+	tr := newTier(t, 2)
+	plan := tr.plan(tr.nodes)
+	for i := range plan.Workers {
+		plan.Workers[i].ReadyPattern = ""
+	}
+	rn := startRunner(t, plan, Options{})
+	until(t, "endpoint ready", func() bool { return endpointState(t, plan) == endpoints.StateReady })
+	n := rn.rec.count(func(e Event) bool { return e.Kind == EventReady && e.Reason == "port accepts connections" })
+	if n != 2 {
+		t.Errorf("%d workers seen ready by the port probe, want 2", n)
+	}
+}
+
+// A head whose /health never answers fails its load timeout again and
+// again until the failure budget is spent.
+func TestRunnerHeadLoadTimeout(t *testing.T) {
+	tr := newTier(t, 1)
+	tr.headArgs = append(tr.headArgs, "--fake-hang-health")
+	tr.timeouts.Load, tr.timeouts.HealthTimeout = 300*time.Millisecond, 100*time.Millisecond
+	tr.restart.MaxFailures = 2
+	rn := startRunner(t, tr.plan(tr.nodes), Options{})
+	err := rn.wait(t)
+	if !errors.Is(err, ErrGaveUp) || !strings.Contains(err.Error(), "not ready after 300ms") {
+		t.Fatalf("Run = %v, want ErrGaveUp naming the load timeout", err)
+	}
+}
+
+// A worker that never says it is ready and never listens fails its start
+// timeout; with min_workers allowing it, its node is dropped.
+func TestRunnerWorkerStartTimeout(t *testing.T) {
+	tr := newTier(t, 2)
+	tr.minWorkers = 1
+	tr.restart.WorkerStartFailures = 2
+	tr.timeouts.WorkerStart = 300 * time.Millisecond
+	tr.workerArgs["node2"] = []string{"--fake-startup-delay", "1h"}
+	rn := startRunner(t, tr.plan(tr.nodes), Options{Replan: func(w []string) (*Plan, error) { return tr.plan(w), nil }})
+	until(t, "endpoint ready", func() bool { return endpointState(t, rn.plan) == endpoints.StateReady })
+	if n := rn.rec.count(func(e Event) bool { return e.Kind == EventDropped && e.Process == "rpc-node2" }); n != 1 {
+		t.Errorf("rpc-node2 dropped %d times, want 1", n)
+	}
+	log, err := os.ReadFile(rn.plan.Head.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := strings.Split(string(log), "start head: ")
+	last := starts[len(starts)-1]
+	last = last[:strings.IndexByte(last, '\n')]
+	_, rpc, _ := strings.Cut(last, "--rpc ")
+	if f := strings.Fields(rpc); len(f) == 0 || len(strings.Split(f[0], ",")) != 1 {
+		t.Errorf("the last head start does not name exactly one worker: %s", last)
+	}
+}
+
+// A second stop request with SkipDrain cuts the wait for a streamed
+// completion short: the stream is cut and Run returns.
+func TestRunnerSecondStopSkipsDrain(t *testing.T) {
+	tr := newTier(t, 1)
+	tr.headArgs = append(tr.headArgs, "--fake-tokens", "1000", "--fake-token-rate", "20", "--fake-hang-on-term-while-streaming=false")
+	plan := tr.plan(tr.nodes)
+	rn := startRunner(t, plan, Options{})
+	until(t, "endpoint ready", func() bool { return endpointState(t, plan) == endpoints.StateReady })
+	resp, err := complete(t, tr.headPort, true)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("streamed completion: %v %v", resp, err)
+	}
+	rn.r.Stop(StopRequest{Reason: ReasonCancelled})
+	until(t, "endpoint draining", func() bool { return endpointState(t, plan) == endpoints.StateDraining })
+	e, _ := readEndpoint(t, plan)
+	if e.Reason != string(ReasonCancelled) {
+		t.Errorf("draining reason = %q, want %q", e.Reason, ReasonCancelled)
+	}
+	rn.r.Stop(StopRequest{Reason: ReasonCancelled, SkipDrain: true})
+	if err := rn.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if _, done := readSSE(resp); done {
+		t.Error("the 1000-token stream finished although the drain was skipped")
+	}
+}
