@@ -14,7 +14,8 @@ package main
 // Every form also takes --log-format text|json and --log-level LEVEL.
 // Exit codes: 0 success; 1 a tier's pass or the admin command failed
 // (scheduler unavailable, sbatch or scancel failed, state not saved);
-// 2 usage or config error, unknown tier.
+// 2 usage or config error, unknown tier, keep run by another account than
+// submit_as.
 
 import (
 	"context"
@@ -22,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -125,6 +127,10 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 	cfg, log, code := f.setup("keeper", stderr)
 	if code != keepExitOK {
 		return code
+	}
+	if err := cfg.CheckSubmitUser(os.Getuid()); err != nil {
+		log.Error("refusing to run", "error", err)
+		return keepExitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

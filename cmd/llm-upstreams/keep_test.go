@@ -21,10 +21,22 @@ import (
 // its path and state directory.
 func keepTestConfig(t *testing.T) (string, string) {
 	t.Helper()
+	return keepConfigFile(t, "")
+}
+
+// keepConfigWith is keepTestConfig's path with top-level keys added.
+func keepConfigWith(t *testing.T, top string) string {
+	t.Helper()
+	path, _ := keepConfigFile(t, top)
+	return path
+}
+
+func keepConfigFile(t *testing.T, top string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	path := filepath.Join(dir, "keeper.toml")
-	body := fmt.Sprintf("state_dir = %q\nscheduler_timeout = \"2s\"\n[tiers.fast]\nscript = \"/nonexistent/fast.sbatch\"\n", stateDir)
+	body := fmt.Sprintf("state_dir = %q\nscheduler_timeout = \"2s\"\n%s[tiers.fast]\nscript = \"/nonexistent/fast.sbatch\"\n", stateDir, top)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +64,7 @@ func TestKeepUsage(t *testing.T) {
 		{"tier: no name", runTier, []string{"disable", "--config", cfg}},
 		{"tier: --cancel on enable", runTier, []string{"enable", "fast", "--cancel", "--config", cfg}},
 		{"tier: unknown tier", runTier, []string{"disable", "slow", "--config", cfg}},
+		{"keep: not the submit_as account", runKeep, []string{"--once", "--config", keepConfigWith(t, fmt.Sprintf("submit_as = \"%d\"\n", os.Getuid()+1))}},
 		{"config missing", runKeep, []string{"--once", "--config", filepath.Join(t.TempDir(), "none.toml")}},
 	}
 	for _, tt := range tests {
@@ -81,7 +94,7 @@ func TestKeepConfigErrorNamesFileAndLine(t *testing.T) {
 // With the controller unreachable a pass fails (exit 1) and submits
 // nothing; disable still works and status says unknown.
 func TestKeepWithoutScheduler(t *testing.T) {
-	cfg, stateDir := keepTestConfig(t)
+	cfg, stateDir := keepConfigFile(t, fmt.Sprintf("submit_as = \"%d\"\n", os.Getuid()))
 	withoutSlurm(t)
 	var stdout, stderr bytes.Buffer
 	if code := runKeep([]string{"--once", "--config", cfg, "--log-format", "json"}, &stdout, &stderr); code != keepExitFailed {

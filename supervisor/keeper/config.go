@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +29,10 @@ type Config struct {
 	// SchedulerTimeout bounds each squeue, sbatch and scancel call; a call
 	// that times out is "unknown", never "no job".
 	SchedulerTimeout time.Duration `toml:"scheduler_timeout"`
+	// SubmitAs names the account (user name or uid) that keep passes must
+	// run as, because sbatch submits the tiers' jobs as the caller; "" means
+	// any. See CheckSubmitUser.
+	SubmitAs string `toml:"submit_as"`
 	// Tiers maps tier name to its settings.
 	Tiers map[string]TierConfig `toml:"-"`
 	// Path is the file Load read.
@@ -240,6 +246,32 @@ func (t TierConfig) validate() []problem {
 		add("max_submits_per_hour", "want at least 1")
 	}
 	return probs
+}
+
+// ErrWrongUser means a keep pass was started by another account than
+// submit_as.
+var ErrWrongUser = errors.New("wrong user for submitting the tiers' jobs")
+
+// CheckSubmitUser returns an error wrapping ErrWrongUser unless uid is the
+// account submit_as names (or submit_as is empty). A pass run by hand as
+// root would otherwise submit the tiers' jobs as root.
+func (c *Config) CheckSubmitUser(uid int) error {
+	if c.SubmitAs == "" {
+		return nil
+	}
+	want := c.SubmitAs
+	if _, err := strconv.Atoi(want); err != nil {
+		u, err := user.Lookup(want)
+		if err != nil {
+			return fmt.Errorf("submit_as %q: %w", c.SubmitAs, err)
+		}
+		want = u.Uid
+	}
+	if want != strconv.Itoa(uid) {
+		return fmt.Errorf("%w: running as uid %d, submit_as is %s (uid %s): run it as that user "+
+			"(systemctl start llm-keeper.service, or sudo -u %s)", ErrWrongUser, uid, c.SubmitAs, want, c.SubmitAs)
+	}
+	return nil
 }
 
 // TierNames returns the configured tiers' names, sorted.

@@ -1,9 +1,11 @@
 package keeper
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +135,32 @@ func TestShippedConfigLoads(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(filepath.Dir(file), "..", "..", "scripts", "sbatch", name+".sbatch")); err != nil {
 			t.Errorf("tier %s has no sbatch script in scripts/sbatch: %v", name, err)
 		}
+	}
+}
+
+func TestCheckSubmitUser(t *testing.T) {
+	me := os.Getuid()
+	tests := []struct {
+		name     string
+		submitAs string
+		uid      int
+		wrong    bool // ErrWrongUser
+		err      bool // any error
+	}{
+		{name: "unset: anyone", submitAs: "", uid: me},
+		{name: "own uid", submitAs: strconv.Itoa(me), uid: me},
+		{name: "another uid", submitAs: strconv.Itoa(me + 1), uid: me, wrong: true, err: true},
+		{name: "root by name, as root", submitAs: "root", uid: 0},
+		{name: "root by name, as someone else", submitAs: "root", uid: 12345, wrong: true, err: true},
+		{name: "no such user", submitAs: "no-such-user-slurm-llm", uid: me, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{SubmitAs: tt.submitAs}
+			err := cfg.CheckSubmitUser(tt.uid)
+			if (err != nil) != tt.err || errors.Is(err, ErrWrongUser) != tt.wrong {
+				t.Errorf("CheckSubmitUser(%d) with submit_as %q = %v", tt.uid, tt.submitAs, err)
+			}
+		})
 	}
 }

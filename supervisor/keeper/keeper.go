@@ -94,6 +94,10 @@ func (k *Keeper) Pass(ctx context.Context) ([]TierResult, error) {
 	var results []TierResult
 	var errs []error
 	for _, name := range k.cfg.TierNames() {
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("pass stopped before tier %s: %w", name, ctx.Err()))
+			break
+		}
 		res := k.passTier(ctx, k.cfg.Tiers[name])
 		results = append(results, res)
 		if res.Err != nil {
