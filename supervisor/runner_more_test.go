@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,5 +90,32 @@ func TestRunnerSecondStopSkipsDrain(t *testing.T) {
 	}
 	if _, done := readSSE(resp); done {
 		t.Error("the 1000-token stream finished although the drain was skipped")
+	}
+}
+
+// A ready head that stops answering /health (SIGSTOP: it hangs) for longer
+// than unhealthy_after is a head failure: it is killed and restarted alone.
+func TestRunnerHeadUnhealthy(t *testing.T) {
+	tr := newTier(t, 1)
+	tr.timeouts.UnhealthyAfter, tr.timeouts.HealthTimeout, tr.timeouts.StopGrace = 500*time.Millisecond, 100*time.Millisecond, 200*time.Millisecond
+	plan := tr.plan(tr.nodes)
+	rn := startRunner(t, plan, Options{})
+	until(t, "endpoint ready", func() bool { return endpointState(t, plan) == endpoints.StateReady })
+	worker := rn.pidOf("rpc-node1")
+	if err := syscall.Kill(rn.pidOf("head"), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "ready again", func() bool { return rn.stateCount(StateReady) == 2 })
+	var reasons []string
+	for _, e := range rn.rec.all() {
+		if e.Kind == EventState && e.State == StateRecovering {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "/health failing for more than 500ms") {
+		t.Errorf("recovering reasons = %q, want one naming unhealthy_after", reasons)
+	}
+	if rn.pidOf("rpc-node1") != worker {
+		t.Error("the worker was restarted for a head failure")
 	}
 }
