@@ -192,8 +192,8 @@ func dash(s string) string {
 // oneLine keeps an error on its table row.
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > 120 {
-		s = s[:120] + "…"
+	if r := []rune(s); len(r) > 120 {
+		s = string(r[:120]) + "…"
 	}
 	return s
 }
