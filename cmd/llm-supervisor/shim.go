@@ -1,0 +1,90 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"slurm-llm/supervisor/shim"
+)
+
+const shimUsage = `usage: llm-supervisor shim --token T [--hold D] [--grace D] [--stop-signal SIG] [--unshielded] -- COMMAND [ARG...]
+
+Runs COMMAND as a child held through Slurm's stop signals: on SIGTERM the shim
+writes a marker line to stderr and keeps COMMAND running until "stop" (or
+"stop-now") arrives on stdin or the hold passes, then sends the stop signal to
+COMMAND's process group, waits the grace, and sends SIGKILL. Exits with
+COMMAND's status (its code, or 128+signal).
+`
+
+// runShim is the "shim" subcommand: parse flags, catch the stop signals,
+// run the shim, return its exit status.
+func runShim(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cfg, level, err := parseShimFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "llm-supervisor shim: %v\n%s", err, shimUsage)
+		return 2
+	}
+	lw := shim.NewLineWriter(stderr)
+	cfg.Stdin, cfg.Stdout, cfg.Stderr = stdin, stdout, lw
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "shim", Output: lw, Level: level})
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	cfg.Signals = sigs
+	return shim.Run(cfg)
+}
+
+// parseShimFlags reads the shim's flags and the command after "--".
+func parseShimFlags(args []string, stderr io.Writer) (shim.Config, hclog.Level, error) {
+	var cfg shim.Config
+	var stopSig, level string
+	fs := flag.NewFlagSet("shim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, shimUsage); fs.PrintDefaults() }
+	fs.StringVar(&cfg.Token, "token", "", "marker token for this run (required)")
+	fs.DurationVar(&cfg.Hold, "hold", shim.DefaultHold, "after SIGTERM, keep the child this long unless told to stop (negative: no hold)")
+	fs.DurationVar(&cfg.Grace, "grace", shim.DefaultGrace, "after the stop signal, SIGKILL the child after this long")
+	fs.StringVar(&stopSig, "stop-signal", "SIGINT", "signal that asks the child to stop (SIGTERM is blocked in a shielded child)")
+	fs.BoolVar(&cfg.Unshielded, "unshielded", false, "do not block SIGTERM in the child")
+	fs.StringVar(&level, "log-level", "info", "log level of the shim's own messages")
+	if err := fs.Parse(args); err != nil {
+		return cfg, 0, err
+	}
+	cfg.Argv = fs.Args()
+	if len(cfg.Argv) == 0 {
+		return cfg, 0, errors.New("no command after --")
+	}
+	sig := unix.SignalNum(strings.ToUpper(ensureSIG(stopSig)))
+	if sig == 0 {
+		return cfg, 0, fmt.Errorf("unknown --stop-signal %q", stopSig)
+	}
+	cfg.StopSignal = sig
+	if cfg.Grace <= 0 {
+		return cfg, 0, fmt.Errorf("--grace must be positive, got %v", cfg.Grace)
+	}
+	lvl := hclog.LevelFromString(level)
+	if lvl == hclog.NoLevel {
+		return cfg, 0, fmt.Errorf("unknown --log-level %q", level)
+	}
+	return cfg, lvl, nil
+}
+
+// ensureSIG accepts "INT" as well as "SIGINT".
+func ensureSIG(s string) string {
+	if strings.HasPrefix(strings.ToUpper(s), "SIG") {
+		return s
+	}
+	return "SIG" + s
+}

@@ -1,0 +1,311 @@
+package shim
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults for Config's zero durations and signal.
+const (
+	DefaultHold       = 20 * time.Second
+	DefaultGrace      = 5 * time.Second
+	DefaultStopSignal = syscall.SIGINT
+)
+
+// Config is one run of the shim around one child.
+type Config struct {
+	// Argv is the child's command line; Argv[0] is looked up in PATH.
+	Argv []string
+	// Token marks this run's markers; the supervisor passes a fresh one
+	// (NewToken) per step. Required.
+	Token string
+	// Hold is how long the child is kept running after the first stop
+	// signal when no command comes; zero means DefaultHold, negative
+	// means no hold (stop at once).
+	Hold time.Duration
+	// Grace is how long the child has after StopSignal before SIGKILL;
+	// zero means DefaultGrace.
+	Grace time.Duration
+	// StopSignal is what the shim sends the child's process group to stop
+	// it; zero means SIGINT (SIGTERM is blocked in a shielded child).
+	StopSignal syscall.Signal
+	// Unshielded starts the child without SIGTERM blocked, so Slurm's
+	// SIGTERM reaches it too. The zero value (shielded) is what a step wants.
+	Unshielded bool
+	// Stdin carries the supervisor's commands, one per line. Its end means
+	// nobody can send "stop" any more. The child's stdin is /dev/null.
+	Stdin io.Reader
+	// Stdout receives the child's stdout (an *os.File is handed to the child
+	// directly). Stderr receives the child's stderr, the markers and the
+	// shim's log; wrap it in a LineWriter shared with Logger.
+	Stdout io.Writer
+	Stderr *LineWriter
+	// Signals are the stop signals the shim itself receives (caught in
+	// cmd/): SIGTERM from Slurm, SIGINT from srun.
+	Signals <-chan os.Signal
+	// Now stamps the markers; nil means time.Now.
+	Now    func() time.Time
+	Logger hclog.Logger
+}
+
+// withDefaults fills the zero values documented on Config.
+func (c Config) withDefaults() Config {
+	if c.Hold == 0 {
+		c.Hold = DefaultHold
+	}
+	if c.Grace <= 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.StopSignal == 0 {
+		c.StopSignal = DefaultStopSignal
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	return c
+}
+
+// validate reports what makes c unusable.
+func (c Config) validate() error {
+	switch {
+	case len(c.Argv) == 0 || c.Argv[0] == "":
+		return errors.New("shim: no command to run")
+	case !validToken(c.Token):
+		return fmt.Errorf("shim: token %q is empty or has spaces, '=' or unprintable characters", c.Token)
+	case c.Stdin == nil || c.Stdout == nil || c.Stderr == nil || c.Signals == nil:
+		return errors.New("shim: Stdin, Stdout, Stderr and Signals are required")
+	}
+	return nil
+}
+
+// Run starts the child, holds it through stop signals until told to stop,
+// and returns the child's exit status (its code, or 128+signal), which the
+// shim's process should exit with. A child that cannot start gives 127 (not
+// found) or 126.
+func Run(cfg Config) int {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		cfg.Logger.Error("invalid shim config", "error", err)
+		return 2
+	}
+	r := &run{cfg: cfg, log: cfg.Logger}
+	return r.run()
+}
+
+// run is one shim run; only the goroutine in run() touches its fields.
+type run struct {
+	cfg      Config
+	log      hclog.Logger
+	pid      int
+	signals  int
+	stopping bool
+	reason   string
+	eof      bool
+	hold     *time.Timer
+	grace    *time.Timer
+}
+
+func (r *run) run() int {
+	cmd := exec.Command(r.cfg.Argv[0], r.cfg.Argv[1:]...)
+	cmd.Stdout = r.cfg.Stdout
+	cmd.Stderr = r.cfg.Stderr
+	done := make(chan childResult, 1)
+	pid, err := startChild(cmd, !r.cfg.Unshielded, done)
+	if err != nil {
+		return r.startFailed(err)
+	}
+	r.pid = pid
+	r.mark(Event{Kind: EventStarted})
+	quit := make(chan struct{})
+	defer close(quit)
+	return r.loop(done, readCommands(r.cfg.Stdin, quit))
+}
+
+// loop is the shim's single owner of state: signals, commands, timers and
+// the child's end, until the child has ended.
+func (r *run) loop(done <-chan childResult, cmds <-chan string) int {
+	for {
+		select {
+		case sig := <-r.cfg.Signals:
+			r.handleSignal(sig)
+		case line, ok := <-cmds:
+			if !ok {
+				cmds = nil
+				r.handleStdinClosed()
+				continue
+			}
+			r.handleCommand(line)
+		case <-timerC(r.hold):
+			r.hold = nil
+			r.stop(ReasonHold)
+		case <-timerC(r.grace):
+			r.grace = nil
+			r.kill(ReasonGrace)
+		case res := <-done:
+			return r.handleExit(res)
+		}
+	}
+}
+
+// timerC is t's channel, or nil (never ready) when t is not armed.
+func timerC(t *time.Timer) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
+}
+
+// handleSignal reports a stop signal at once and starts the hold on the
+// first one; later ones are reported but change nothing: when to stop is
+// the supervisor's call.
+func (r *run) handleSignal(sig os.Signal) {
+	r.signals++
+	name := sig.String()
+	if s, ok := sig.(syscall.Signal); ok {
+		name = signalName(s)
+	}
+	r.mark(Event{Kind: EventSignal, Signal: name, Count: r.signals})
+	if r.signals > 1 || r.stopping {
+		return
+	}
+	switch {
+	case r.eof:
+		r.stop(ReasonStdinClosed)
+	case r.cfg.Hold < 0:
+		r.stop(ReasonHold)
+	default:
+		r.hold = time.NewTimer(r.cfg.Hold)
+	}
+}
+
+// handleCommand carries out one line from the supervisor.
+func (r *run) handleCommand(line string) {
+	switch line {
+	case CommandStop:
+		r.stop(ReasonStop)
+	case CommandStopNow:
+		r.kill(ReasonStopNow)
+	case "":
+	default:
+		r.log.Warn("unknown command ignored", "command", line)
+	}
+}
+
+// handleStdinClosed: nobody can send "stop" any more, so a child already
+// held is stopped now, and a later stop signal stops it at once.
+func (r *run) handleStdinClosed() {
+	r.eof = true
+	r.mark(Event{Kind: EventStdinClosed})
+	if r.signals > 0 && !r.stopping {
+		r.stop(ReasonStdinClosed)
+	}
+}
+
+// stop sends the stop signal to the child's group and starts the grace.
+// Stopping twice does nothing; kill escalates.
+func (r *run) stop(reason string) {
+	if r.stopping {
+		return
+	}
+	r.stopping, r.reason = true, reason
+	if r.hold != nil {
+		r.hold.Stop()
+		r.hold = nil
+	}
+	r.mark(Event{Kind: EventStopping, Signal: signalName(r.cfg.StopSignal), Reason: reason})
+	if err := signalGroup(r.pid, r.cfg.StopSignal); err != nil {
+		r.log.Error("stop child", "error", err)
+	}
+	r.grace = time.NewTimer(r.cfg.Grace)
+}
+
+// kill sends SIGKILL to the child's group.
+func (r *run) kill(reason string) {
+	if !r.stopping {
+		r.stopping, r.reason = true, reason
+	}
+	if r.hold != nil {
+		r.hold.Stop()
+		r.hold = nil
+	}
+	if r.grace != nil {
+		r.grace.Stop()
+		r.grace = nil
+	}
+	r.mark(Event{Kind: EventStopping, Signal: "SIGKILL", Reason: reason})
+	if err := signalGroup(r.pid, syscall.SIGKILL); err != nil {
+		r.log.Error("kill child", "error", err)
+	}
+}
+
+// handleExit reports how the child ended and returns the shim's status.
+// What is left of the child's process group is killed: nothing of the
+// child outlives the shim.
+func (r *run) handleExit(res childResult) int {
+	if err := signalGroup(r.pid, syscall.SIGKILL); err != nil {
+		r.log.Warn("kill rest of child's group", "error", err)
+	}
+	if res.err != nil {
+		r.log.Warn("wait for child", "error", res.err)
+	}
+	status, code, sig := exitStatus(res.state)
+	reason := r.reason
+	if reason == "" {
+		reason = ReasonExited
+	}
+	r.mark(Event{Kind: EventExited, Signal: sig, Reason: reason, ExitCode: code, Status: status})
+	return status
+}
+
+// startFailed reports a child that never ran and returns its status.
+func (r *run) startFailed(err error) int {
+	status := 126
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		status = 127
+	}
+	r.log.Error("start child", "command", r.cfg.Argv[0], "error", err)
+	r.mark(Event{Kind: EventExited, Reason: ReasonStartFailed, ExitCode: -1, Status: status})
+	return status
+}
+
+// mark writes ev as a marker line on stderr, at the start of a line.
+func (r *run) mark(ev Event) {
+	ev.Time = r.cfg.Now()
+	ev.ShimPID = os.Getpid()
+	if ev.ChildPID == 0 {
+		ev.ChildPID = r.pid
+	}
+	if err := r.cfg.Stderr.WriteLine(FormatMarker(r.cfg.Token, ev)); err != nil {
+		r.log.Error("write marker", "event", ev.Kind, "error", err)
+	}
+}
+
+// readCommands sends each line of in (trimmed) until in ends, then closes
+// the channel. It stops early when quit closes.
+func readCommands(in io.Reader, quit <-chan struct{}) <-chan string {
+	cmds := make(chan string)
+	go func() {
+		defer close(cmds)
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			select {
+			case cmds <- strings.TrimSpace(sc.Text()):
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return cmds
+}
