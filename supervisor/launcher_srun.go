@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
 	"slurm-llm/slurm"
+	"slurm-llm/supervisor/shim"
 )
 
 // shimMargin is how much longer than the stop grace the supervisor waits
@@ -37,13 +39,19 @@ type SrunLauncher struct {
 	// CancelStep ends a step ("JOB.STEP"), e.g. slurm.Client.Cancel; nil
 	// skips that last resort.
 	CancelStep func(ctx context.Context, step string) error
-	// Shim, when set, is the argv prefix that wraps each process in the
-	// shim (e.g. ["/usr/bin/llm-supervisor", "shim"]); ShimArgs returns the
-	// flags for one step. Nil runs processes directly under srun.
+	// Shim, when set, is the command that runs the shim (e.g.
+	// ["/usr/bin/llm-supervisor", "shim"]); each process then runs as
+	// `Shim... --token T --grace ShimGrace -- argv` with a fresh token. Nil
+	// runs processes directly under srun.
 	Shim []string
-	// ShimArgs returns the shim's flags (token, grace) for one process, up
-	// to but not including "--".
-	ShimArgs func(p Process) ([]string, error)
+	// ShimGrace is the shim's --grace: how long its child has after the
+	// stop signal before SIGKILL; zero leaves the shim's default.
+	ShimGrace time.Duration
+	// OnShimEvent, if set, is called with every marker a step's shim
+	// writes (started, signal from Slurm, stopping, exited), on the
+	// goroutine that copies the output; it must return quickly. A "signal"
+	// event is Slurm's stop notice (preemption, cancel) reaching the step.
+	OnShimEvent func(p Process, ev shim.Event)
 	// OnLine, if set, is called with every line of every step's output
 	// (srun's and the shim's messages included), on the goroutine that
 	// copies it; it must return quickly.
@@ -55,13 +63,17 @@ func (l SrunLauncher) Start(p Process) (Handle, error) {
 	if len(p.Argv) == 0 || p.Node == "" {
 		return nil, errors.New("start " + p.Name + ": empty argv or no node")
 	}
-	argv := p.Argv
+	argv, token := p.Argv, ""
 	if l.Shim != nil {
-		extra, err := l.ShimArgs(p)
-		if err != nil {
+		var err error
+		if token, err = shim.NewToken(); err != nil {
 			return nil, fmt.Errorf("start %s: %w", p.Name, err)
 		}
-		argv = append(append(append(append([]string(nil), l.Shim...), extra...), "--"), p.Argv...)
+		argv = append(append([]string(nil), l.Shim...), "--token", token)
+		if l.ShimGrace > 0 {
+			argv = append(argv, "--grace", l.ShimGrace.String())
+		}
+		argv = append(append(argv, "--"), p.Argv...)
 	}
 	srun := l.Srun
 	if srun == "" {
@@ -77,9 +89,9 @@ func (l SrunLauncher) Start(p Process) (Handle, error) {
 	}
 	cmd.Env = step.Environ(base)
 	if l.Shim != nil {
-		return l.startShimmed(cmd, p)
+		return l.startShimmed(cmd, p, token)
 	}
-	pr, err := startProc(cmd, p, l.OnLine)
+	pr, err := startProc(cmd, p, l.OnLine, "")
 	if err != nil {
 		return nil, err
 	}
@@ -89,32 +101,47 @@ func (l SrunLauncher) Start(p Process) (Handle, error) {
 
 // startShimmed starts a shimmed step with a pipe on its stdin for the
 // shim's commands, and routes term and kill through it.
-func (l SrunLauncher) startShimmed(cmd *exec.Cmd, p Process) (Handle, error) {
+func (l SrunLauncher) startShimmed(cmd *exec.Cmd, p Process, token string) (Handle, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: stdin pipe: %w", p.Name, err)
 	}
 	cmd.Stdin = r
-	pr, err := startProc(cmd, p, l.OnLine)
+	pr, err := startProc(cmd, p, l.shimLines(token), token)
 	r.Close()
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
 	pr.onExit = func() { w.Close() }
-	pr.term = func(pr *proc) { _, _ = w.Write([]byte("stop\n")) }
+	pr.term = func(pr *proc) { _, _ = w.Write(shim.StopCommand(false)) }
 	pr.extraGrace = shimMargin
 	pr.kill = func(pr *proc) {
-		_, _ = w.Write([]byte("stop-now\n"))
+		_, _ = w.Write(shim.StopCommand(true))
 		l.killStep(pr)
 	}
 	return pr, nil
 }
 
+// shimLines returns the line hook of a shimmed step: markers carrying the
+// step's token go to OnShimEvent, every line to OnLine.
+func (l SrunLauncher) shimLines(token string) func(Process, string) {
+	return func(p Process, line string) {
+		if l.OnShimEvent != nil && strings.HasPrefix(line, shim.MarkerPrefix) {
+			if ev, ok := shim.ParseMarker(line, token); ok {
+				l.OnShimEvent(p, ev)
+			}
+		}
+		if l.OnLine != nil {
+			l.OnLine(p, line)
+		}
+	}
+}
+
 // killStep SIGKILLs the srun client's group and cancels its step.
 func (l SrunLauncher) killStep(pr *proc) {
 	pr.signalGroup(syscall.SIGKILL)
-	_, _, stepID := pr.watch.facts()
+	stepID := pr.watch.facts().stepID
 	if l.CancelStep == nil || stepID == "" {
 		return
 	}

@@ -4,8 +4,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"slurm-llm/supervisor/shim"
 )
 
 // fakeSrun is a stand-in for srun: it prints what srun -v prints about the
@@ -19,16 +25,20 @@ exec "$@"
 `
 
 // fakeShim stands in for llm-supervisor shim: it runs its child and, on
-// "stop" from stdin, TERMs it; it records the flags it was given.
+// "stop" from stdin, TERMs it; it records the flags it was given and
+// writes an exit marker with its token, as the real shim does.
 const fakeShim = `#!/bin/sh
-echo "shim flags: $1 $2" >&2
-shift 3
+echo "shim flags: $1 $3 $4" >&2
+token=$2
+shift 5
 "$@" &
 child=$!
 read cmd
 echo "shim got: $cmd" >&2
 kill -TERM $child
 wait $child
+echo "slurm-llm-shim: token=$token event=exited ts=2026-01-01T00:00:00Z pid=$$ child=$child signal=SIGTERM reason=stop code=-1 status=143" >&2
+exit 143
 `
 
 func writeScript(t *testing.T, dir, name, body string) string {
@@ -45,22 +55,25 @@ func TestSrunLauncher(t *testing.T) {
 	srun := writeScript(t, dir, "srun", fakeSrun)
 	shimBin := writeScript(t, dir, "shim", fakeShim)
 	argvFile := filepath.Join(dir, "argv")
+	shimEvents := make(chan string, 10)
 	tests := []struct {
 		name     string
 		launcher SrunLauncher
 		wantLog  []string
+		want     ExitResult
 	}{
-		{name: "direct", launcher: SrunLauncher{Srun: srun}},
-		{name: "shimmed", launcher: SrunLauncher{Srun: srun, Shim: []string{shimBin},
-			ShimArgs: func(p Process) ([]string, error) { return []string{"--token", "T-" + p.Name}, nil }},
-			wantLog: []string{"shim flags: --token T-rpc-node2", "shim got: stop"}},
+		{name: "direct", launcher: SrunLauncher{Srun: srun}, want: ExitResult{}},
+		{name: "shimmed", launcher: SrunLauncher{Srun: srun, Shim: []string{shimBin}, ShimGrace: 3 * time.Second,
+			OnShimEvent: func(p Process, ev shim.Event) { shimEvents <- string(ev.Kind) + " " + p.Name }},
+			wantLog: []string{"shim flags: --token --grace 3s", "shim got: stop"},
+			want:    ExitResult{Code: 143, Signal: syscall.SIGTERM}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.launcher.Env = append(os.Environ(), "FAKE_SRUN_ARGV="+argvFile)
 			log := filepath.Join(t.TempDir(), "rpc.log")
 			p := Process{Name: "rpc-node2", Node: "node2", StepName: "t-rpc-node2", LogPath: log,
-				Argv:     []string{"sh", "-c", `echo "ready $MY_VAR"; trap 'echo term; exit 0' TERM; while :; do sleep 0.05; done`},
+				Argv:     []string{"sh", "-c", `trap 'echo term; exit 0' TERM; echo "ready $MY_VAR"; while :; do sleep 0.05; done`},
 				Env:      map[string]string{"MY_VAR": "from-env"},
 				SrunArgs: []string{"--gres=gpu:1"}, ReadyPattern: "ready from-env"}
 			h, err := tt.launcher.Start(p)
@@ -86,9 +99,20 @@ func TestSrunLauncher(t *testing.T) {
 					t.Errorf("log lacks %q:\n%s", want, out)
 				}
 			}
-			if _, _, step := h.(*proc).watch.facts(); step != "77.3" {
+			if step := h.(*proc).watch.facts().stepID; step != "77.3" {
 				t.Errorf("step id = %q, want 77.3", step)
 			}
+			if d := cmp.Diff(tt.want, h.Result(), cmpopts.EquateErrors()); d != "" {
+				t.Errorf("Result (-want +got):\n%s", d)
+			}
 		})
+	}
+	select {
+	case got := <-shimEvents:
+		if got != "exited rpc-node2" {
+			t.Errorf("shim event = %q, want the exit marker", got)
+		}
+	default:
+		t.Error("no shim event reported")
 	}
 }

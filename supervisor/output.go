@@ -6,6 +6,11 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"slurm-llm/supervisor/shim"
 )
 
 // maxLine bounds a line kept for scanning; longer output is cut into pieces.
@@ -20,21 +25,30 @@ var (
 )
 
 // watch scans a process's output lines for what the supervisor must know:
-// the ready pattern, an oom-kill report, srun's task status and step id.
-// Its fields are guarded by mu: lines arrive on exec's copying goroutine.
+// the ready pattern, an oom-kill report, srun's task status and step id,
+// and the shim's account of how its child ended. Its facts are guarded by
+// mu: lines arrive on exec's copying goroutine.
 type watch struct {
 	pattern   string
+	token     string
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	f  facts
+}
+
+// facts are what a process's output said about it.
+type facts struct {
 	oom        bool
 	taskStatus string
 	stepID     string
+	// childSignal is the signal that ended the shim's child (0: none or no shim).
+	childSignal syscall.Signal
 }
 
-func newWatch(pattern string) *watch {
-	return &watch{pattern: pattern, ready: make(chan struct{})}
+func newWatch(pattern, token string) *watch {
+	return &watch{pattern: pattern, token: token, ready: make(chan struct{})}
 }
 
 // line looks at one line of output.
@@ -42,27 +56,43 @@ func (w *watch) line(s string) {
 	if w.pattern != "" && strings.Contains(s, w.pattern) {
 		w.readyOnce.Do(func() { close(w.ready) })
 	}
+	if w.token != "" && strings.HasPrefix(s, shim.MarkerPrefix) {
+		w.shimMarker(s)
+		return
+	}
 	if !strings.HasPrefix(s, "srun") && !strings.HasPrefix(s, "slurmstepd") {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if strings.Contains(s, "oom-kill") || strings.Contains(s, "oom_kill") || strings.Contains(s, "Out Of Memory") {
-		w.oom = true
+		w.f.oom = true
 	}
 	if m := srunTaskRE.FindStringSubmatch(s); m != nil {
-		w.taskStatus = m[1]
+		w.f.taskStatus = m[1]
 	}
-	if m := stepIDRE.FindStringSubmatch(s); m != nil && w.stepID == "" {
-		w.stepID = m[1]
+	if m := stepIDRE.FindStringSubmatch(s); m != nil && w.f.stepID == "" {
+		w.f.stepID = m[1]
 	}
 }
 
-// facts returns what was seen so far.
-func (w *watch) facts() (oom bool, taskStatus, stepID string) {
+// shimMarker takes the signal that ended the shim's child from its exit
+// marker: through the shim, srun only sees an exit status (128+signal).
+func (w *watch) shimMarker(s string) {
+	ev, ok := shim.ParseMarker(s, w.token)
+	if !ok || ev.Kind != shim.EventExited || ev.Signal == "" {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.oom, w.taskStatus, w.stepID
+	w.f.childSignal = unix.SignalNum(ev.Signal)
+}
+
+// facts returns what was seen so far.
+func (w *watch) facts() facts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.f
 }
 
 // lineWriter is the io.Writer a process's stdout and stderr go to: it

@@ -40,13 +40,15 @@ type proc struct {
 
 // startProc starts cmd for process spec in its own process group, with its
 // output appended to spec.LogPath, and waits for it in a goroutine.
-// onLine, if set, also sees every output line (on exec's copying goroutine).
-func startProc(cmd *exec.Cmd, spec Process, onLine func(Process, string)) (*proc, error) {
+// onLine, if set, also sees every output line (on exec's copying goroutine);
+// token, if set, is the shim's marker token, whose exit marker names the
+// child's signal.
+func startProc(cmd *exec.Cmd, spec Process, onLine func(Process, string), token string) (*proc, error) {
 	f, err := openLog(spec.LogPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
 	}
-	p := &proc{cmd: cmd, name: spec.Name, watch: newWatch(spec.ReadyPattern), done: make(chan struct{})}
+	p := &proc{cmd: cmd, name: spec.Name, watch: newWatch(spec.ReadyPattern, token), done: make(chan struct{})}
 	p.term = func(p *proc) { p.signalGroup(syscall.SIGTERM) }
 	p.kill = func(p *proc) { p.signalGroup(syscall.SIGKILL) }
 	p.out = &lineWriter{file: f, fn: p.watch.line}
@@ -89,7 +91,11 @@ func (p *proc) wait(f *os.File) {
 	err := p.cmd.Wait()
 	p.out.flush()
 	r := exitResult(p.cmd.ProcessState, err)
-	r.OOM, r.TaskStatus, _ = p.watch.facts()
+	f2 := p.watch.facts()
+	r.OOM, r.TaskStatus = f2.oom, f2.taskStatus
+	if r.Signal == 0 {
+		r.Signal = f2.childSignal
+	}
 	r = srunSignal(r)
 	fmt.Fprintf(f, "--- llm-supervisor %s: %s ended: %s\n", time.Now().Format(time.RFC3339Nano), p.name, r)
 	f.Close()
