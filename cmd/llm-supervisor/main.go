@@ -10,6 +10,7 @@
 //	status [--endpoint-dir DIR | --config TIER.toml] [--json]
 //	                            list the published endpoints
 //	check-config TIER.toml      validate a config and print its plan
+//	shim --token T -- argv      (internal) wraps each step's process
 //
 // Exit codes (the sbatch script and Slurm see them):
 //
@@ -47,6 +48,8 @@ commands:
                          list the endpoints published in a directory
   check-config TIER.toml [options]
                          validate a config and print its plan (no Slurm needed)
+  shim --token T [--grace D] -- PROGRAM ARGS...
+                         (internal) hold one step's process through Slurm's signals
   --version              print the version
 `
 
@@ -67,6 +70,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runStatus(args[1:], stdout, stderr)
 	case "check-config":
 		return runCheckConfig(args[1:], stdout, stderr)
+	case "shim":
+		return runShim(args[1:], stdin, stdout, stderr)
 	case "--version", "-version", "version":
 		fmt.Fprintf(stdout, "llm-supervisor %s\n", version)
 		return exitOK

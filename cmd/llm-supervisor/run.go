@@ -129,7 +129,18 @@ func forwardSignals(ctx context.Context, r *supervisor.Runner, log hclog.Logger)
 	}
 }
 
-// srunLauncher starts each process as its own step of the job.
+// srunLauncher starts each process as a step wrapped in this binary's shim
+// (`llm-supervisor shim --token T --grace G -- argv`), so that Slurm's
+// SIGTERM at preemption or cancel is held until the supervisor says stop.
 func srunLauncher(plan *supervisor.Plan, client *slurm.Client) (supervisor.SrunLauncher, error) {
-	return supervisor.SrunLauncher{Srun: plan.Srun, CancelStep: client.Cancel}, nil
+	self, err := os.Executable()
+	if err != nil {
+		return supervisor.SrunLauncher{}, fmt.Errorf("find own binary for the shim: %w", err)
+	}
+	return supervisor.SrunLauncher{
+		Srun:       plan.Srun,
+		CancelStep: client.Cancel,
+		Shim:       []string{self, "shim"},
+		ShimGrace:  plan.Timeouts.StopGrace,
+	}, nil
 }
