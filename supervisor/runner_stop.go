@@ -24,9 +24,11 @@ type inFlightMsg struct {
 
 // handleStop starts the ordered stop: endpoint draining at once, then wait
 // for in-flight requests (unless skipped) within the drain budget minus the
-// time the stop itself may take, then stop everything.
+// time the stop itself may take, then stop everything. A request during
+// the drain may name a better reason (once Slurm said why) or skip the wait.
 func (r *Runner) handleStop(req StopRequest) {
 	if r.state == StateDraining {
+		r.updateStopReason(req.Reason)
 		if req.SkipDrain {
 			r.log.Warn("stop requested again: not waiting for requests in flight")
 			r.finish()
@@ -42,6 +44,17 @@ func (r *Runner) handleStop(req StopRequest) {
 		return
 	}
 	r.checkDrain()
+}
+
+// updateStopReason republishes the draining endpoint with a new reason.
+func (r *Runner) updateStopReason(reason StopReason) {
+	if reason == "" || reason == r.drain.req.Reason {
+		return
+	}
+	r.drain.req.Reason, r.reason = reason, string(reason)
+	r.log.Info("stop reason", "reason", reason)
+	r.emit(Event{Kind: EventState, State: StateDraining, Reason: string(reason)})
+	r.writeEndpoint()
 }
 
 // checkDrain ends the drain when its deadline passed, else asks the head

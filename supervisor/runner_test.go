@@ -188,8 +188,13 @@ func TestRunnerOrderedStopFinishesStream(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("streamed completion: %v %v", resp, err)
 	}
-	rn.r.Stop(StopRequest{Reason: ReasonPreempted})
+	rn.r.Stop(StopRequest{Reason: ReasonShutdown})
 	until(t, "endpoint draining", func() bool { return endpointState(t, plan) == endpoints.StateDraining })
+	rn.r.Stop(StopRequest{Reason: ReasonPreempted}) // Slurm said why: the reason is republished
+	until(t, "draining reason preempted", func() bool {
+		e, _ := readEndpoint(t, plan)
+		return e.State == endpoints.StateDraining && e.Reason == string(ReasonPreempted)
+	})
 	chunks, done := readSSE(resp)
 	if !done || chunks < 20 {
 		t.Errorf("stream cut by the stop: %d chunks, [DONE] %v", chunks, done)
