@@ -412,16 +412,22 @@ func TestInvalidConfig(t *testing.T) {
 	}
 }
 
-// TestMain lets the test binary act as a shim process for the tests that
-// need one to kill: SHIM_TEST_HELPER=1 runs Run on os.Args after "--".
+// helpers are the roles the test binary can play as a child process,
+// chosen by SHIM_TEST_HELPER (the e2e tests add "batch").
+var helpers = map[string]func() int{"shim": helperShim}
+
+// TestMain lets the test binary act as a helper process (a shim to kill,
+// a batch script for the e2e tests) when SHIM_TEST_HELPER names one.
 func TestMain(m *testing.M) {
-	if os.Getenv("SHIM_TEST_HELPER") == "1" {
-		os.Exit(helperShim())
+	if h, ok := helpers[os.Getenv("SHIM_TEST_HELPER")]; ok {
+		os.Exit(h())
 	}
 	os.Exit(m.Run())
 }
 
-// helperShim is what cmd/llm-supervisor's runShim does, minus flags.
+// helperShim is what cmd/llm-supervisor's runShim does, minus flags:
+// Run on the command after "--", holding for SHIM_TEST_HOLD (default an
+// hour), with the token SHIM_TEST_TOKEN (default testToken).
 func helperShim() int {
 	argv := os.Args
 	for i, a := range argv {
@@ -430,9 +436,17 @@ func helperShim() int {
 			break
 		}
 	}
+	hold, err := time.ParseDuration(os.Getenv("SHIM_TEST_HOLD"))
+	if err != nil {
+		hold = time.Hour
+	}
+	token := os.Getenv("SHIM_TEST_TOKEN")
+	if token == "" {
+		token = testToken
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	return Run(Config{Argv: argv, Token: testToken, Hold: time.Hour, Stdin: os.Stdin,
+	return Run(Config{Argv: argv, Token: token, Hold: hold, Grace: 2 * time.Second, Stdin: os.Stdin,
 		Stdout: os.Stdout, Stderr: NewLineWriter(os.Stderr), Signals: sigs})
 }
 
@@ -442,7 +456,7 @@ func helperShim() int {
 func shimProcess(t *testing.T, argv ...string) (*exec.Cmd, *harness, int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, argv...)...)
-	cmd.Env = append(os.Environ(), "SHIM_TEST_HELPER=1")
+	cmd.Env = append(os.Environ(), "SHIM_TEST_HELPER=shim")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = waitTimeout
 	inW, err := cmd.StdinPipe()
