@@ -14,6 +14,7 @@ import (
 
 	"slurm-llm/slurm"
 	"slurm-llm/supervisor"
+	"slurm-llm/supervisor/shim"
 )
 
 // runOptions are the flags of the run subcommand.
@@ -63,24 +64,75 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	log = log.With("tier", cfg.Tier, "job", alloc.JobID)
 	client := &slurm.Client{}
-	runner, err := newRunner(cfg, alloc, client, log)
+	notices := make(chan notice, 1)
+	runner, err := newRunner(cfg, alloc, client, notices, log)
 	if err != nil {
 		log.Error("cannot plan the tier", "error", err)
 		return exitSetup
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go forwardSignals(ctx, runner, log)
-	if err := runner.Run(ctx); err != nil {
+	st := &stopper{runner: runner, classify: slurmClassifier(client, alloc), log: log}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	defer signal.Stop(sigs)
+	readerCtx, stopReader := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		readNotices(readerCtx, sigs, notices, st)
+	}()
+	err = runner.Run(ctx)
+	stopReader()
+	<-readerDone // afterDrain reads the signals from here on
+	if err != nil {
 		// The runner logged the one "gave up" line with its reason.
 		return exitGaveUp
 	}
+	afterDrain(ctx, st, client, alloc, sigs, log)
 	return exitOK
+}
+
+// readNotices hands every signal and shim notice to the stopper, in order.
+func readNotices(ctx context.Context, sigs <-chan os.Signal, shims <-chan notice, st *stopper) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-sigs:
+			st.handle(ctx, notice{signal: signalName(sig)})
+		case n := <-shims:
+			st.handle(ctx, n)
+		}
+	}
+}
+
+// afterDrain does what the notice's classification says follows the
+// drain: requeue the job, wait for Slurm's own SIGTERM (a preempted batch
+// script that exits early is never requeued), or just exit.
+func afterDrain(ctx context.Context, st *stopper, client *slurm.Client, alloc slurm.Allocation, sigs <-chan os.Signal, log hclog.Logger) {
+	d, ok := st.after()
+	if !ok {
+		return
+	}
+	switch d.After {
+	case supervisor.AfterRequeue:
+		rctx, cancel := context.WithTimeout(ctx, classifyTimeout)
+		defer cancel()
+		if err := client.Requeue(rctx, alloc.JobID); err != nil {
+			log.Error("cannot requeue the job", "error", err)
+			return
+		}
+		log.Info("job requeued")
+	case supervisor.AfterWait:
+		log.Info("waiting for Slurm to end the job")
+		<-sigs
+	}
 }
 
 // newRunner plans the tier for the allocation and builds its runner with
 // the srun launcher; Replan rebuilds the plan when a worker node is dropped.
-func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Client, log hclog.Logger) (*supervisor.Runner, error) {
+func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Client, notices chan<- notice, log hclog.Logger) (*supervisor.Runner, error) {
 	addrs, err := cfg.NodeAddresses(alloc.Nodes, func(nodes []string) (map[string]string, error) {
 		return client.NodeAddrs(context.Background(), nodes)
 	})
@@ -95,7 +147,7 @@ func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Cli
 	}
 	log.Info("plan", "kind", plan.Kind, "head", plan.Head.Node, "workers", len(plan.Workers),
 		"endpoint", fmt.Sprintf("%s:%d", plan.EndpointHost, plan.EndpointPort), "restart_count", plan.RestartCount)
-	launcher, err := srunLauncher(plan, client)
+	launcher, err := srunLauncher(plan, client, notices)
 	if err != nil {
 		return nil, err
 	}
@@ -110,29 +162,10 @@ func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Cli
 	})
 }
 
-// forwardSignals turns SIGTERM/SIGINT into stop requests: the first asks
-// for an ordered stop, the next ones skip the wait for requests in flight.
-func forwardSignals(ctx context.Context, r *supervisor.Runner, log hclog.Logger) {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-	count := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case sig := <-sigs:
-			count++
-			log.Info("signal received", "signal", sig.String(), "count", count)
-			r.Stop(supervisor.StopRequest{Reason: supervisor.ReasonShutdown, SkipDrain: count > 1})
-		}
-	}
-}
-
 // srunLauncher starts each process as a step wrapped in this binary's shim
 // (`llm-supervisor shim --token T --grace G -- argv`), so that Slurm's
 // SIGTERM at preemption or cancel is held until the supervisor says stop.
-func srunLauncher(plan *supervisor.Plan, client *slurm.Client) (supervisor.SrunLauncher, error) {
+func srunLauncher(plan *supervisor.Plan, client *slurm.Client, notices chan<- notice) (supervisor.SrunLauncher, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return supervisor.SrunLauncher{}, fmt.Errorf("find own binary for the shim: %w", err)
@@ -142,5 +175,14 @@ func srunLauncher(plan *supervisor.Plan, client *slurm.Client) (supervisor.SrunL
 		CancelStep: client.Cancel,
 		Shim:       []string{self, "shim"},
 		ShimGrace:  plan.Timeouts.StopGrace,
+		OnShimEvent: func(p supervisor.Process, ev shim.Event) {
+			if ev.Kind != shim.EventSignal {
+				return
+			}
+			select { // never block a step's output; one notice is enough
+			case notices <- notice{}:
+			default:
+			}
+		},
 	}, nil
 }
