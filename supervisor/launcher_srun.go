@@ -99,6 +99,16 @@ func (l SrunLauncher) Start(p Process) (Handle, error) {
 	return pr, nil
 }
 
+// StopMargin is how much longer than the stop grace a Stop may take: a
+// shimmed step gets the shim's own grace first. The runner keeps it out of
+// the drain budget.
+func (l SrunLauncher) StopMargin() time.Duration {
+	if l.Shim != nil {
+		return shimMargin
+	}
+	return 0
+}
+
 // startShimmed starts a shimmed step with a pipe on its stdin for the
 // shim's commands, and routes term and kill through it.
 func (l SrunLauncher) startShimmed(cmd *exec.Cmd, p Process, token string) (Handle, error) {

@@ -36,7 +36,7 @@ func (r *Runner) handleStop(req StopRequest) {
 		return
 	}
 	now := r.opts.Now()
-	stopTime := 2 * r.plan.Timeouts.StopGrace // head, then the workers together
+	stopTime := 2 * (r.plan.Timeouts.StopGrace + stopMargin(r.opts.Launcher)) // head, then the workers together
 	r.drain = drainState{req: req, deadline: now.Add(r.plan.Drain.Budget - stopTime)}
 	r.setState(StateDraining, string(req.Reason))
 	if req.SkipDrain || r.head.phase != phaseReady {
@@ -44,6 +44,14 @@ func (r *Runner) handleStop(req StopRequest) {
 		return
 	}
 	r.checkDrain()
+}
+
+// stopMargin is the time a launcher's Stop may take beyond the grace, if it says.
+func stopMargin(l Launcher) time.Duration {
+	if m, ok := l.(interface{ StopMargin() time.Duration }); ok {
+		return m.StopMargin()
+	}
+	return 0
 }
 
 // updateStopReason republishes the draining endpoint with a new reason.
