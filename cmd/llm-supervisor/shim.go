@@ -54,13 +54,16 @@ func parseShimFlags(args []string, stderr io.Writer) (shim.Config, hclog.Level, 
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, shimUsage); fs.PrintDefaults() }
 	fs.StringVar(&cfg.Token, "token", "", "marker token for this run (required)")
-	fs.DurationVar(&cfg.Hold, "hold", shim.DefaultHold, "after SIGTERM, keep the child this long unless told to stop (negative: no hold)")
+	fs.DurationVar(&cfg.Hold, "hold", shim.DefaultHold, "after SIGTERM, keep the child this long unless told to stop (0: no hold)")
 	fs.DurationVar(&cfg.Grace, "grace", shim.DefaultGrace, "after the stop signal, SIGKILL the child after this long")
 	fs.StringVar(&stopSig, "stop-signal", "SIGINT", "signal that asks the child to stop (SIGTERM is blocked in a shielded child)")
 	fs.BoolVar(&cfg.Unshielded, "unshielded", false, "do not block SIGTERM in the child")
 	fs.StringVar(&level, "log-level", "info", "log level of the shim's own messages")
 	if err := fs.Parse(args); err != nil {
 		return cfg, 0, err
+	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = -1 // shim.Config: negative is no hold, zero the default
 	}
 	cfg.Argv = fs.Args()
 	if len(cfg.Argv) == 0 {

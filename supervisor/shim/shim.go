@@ -100,12 +100,12 @@ func Run(cfg Config) int {
 		cfg.Logger.Error("invalid shim config", "error", err)
 		return 2
 	}
-	r := &run{cfg: cfg, log: cfg.Logger}
-	return r.run()
+	h := &holder{cfg: cfg, log: cfg.Logger}
+	return h.run()
 }
 
-// run is one shim run; only the goroutine in run() touches its fields.
-type run struct {
+// holder is one shim run; only the goroutine in run() touches its fields.
+type holder struct {
 	cfg      Config
 	log      hclog.Logger
 	pid      int
@@ -117,7 +117,7 @@ type run struct {
 	grace    *time.Timer
 }
 
-func (r *run) run() int {
+func (r *holder) run() int {
 	cmd := exec.Command(r.cfg.Argv[0], r.cfg.Argv[1:]...)
 	cmd.Stdout = r.cfg.Stdout
 	cmd.Stderr = r.cfg.Stderr
@@ -135,7 +135,7 @@ func (r *run) run() int {
 
 // loop is the shim's single owner of state: signals, commands, timers and
 // the child's end, until the child has ended.
-func (r *run) loop(done <-chan childResult, cmds <-chan string) int {
+func (r *holder) loop(done <-chan childResult, cmds <-chan string) int {
 	for {
 		select {
 		case sig := <-r.cfg.Signals:
@@ -170,7 +170,7 @@ func timerC(t *time.Timer) <-chan time.Time {
 // handleSignal reports a stop signal at once and starts the hold on the
 // first one; later ones are reported but change nothing: when to stop is
 // the supervisor's call.
-func (r *run) handleSignal(sig os.Signal) {
+func (r *holder) handleSignal(sig os.Signal) {
 	r.signals++
 	name := sig.String()
 	if s, ok := sig.(syscall.Signal); ok {
@@ -191,7 +191,7 @@ func (r *run) handleSignal(sig os.Signal) {
 }
 
 // handleCommand carries out one line from the supervisor.
-func (r *run) handleCommand(line string) {
+func (r *holder) handleCommand(line string) {
 	switch line {
 	case CommandStop:
 		r.stop(ReasonStop)
@@ -205,7 +205,7 @@ func (r *run) handleCommand(line string) {
 
 // handleStdinClosed: nobody can send "stop" any more, so a child already
 // held is stopped now, and a later stop signal stops it at once.
-func (r *run) handleStdinClosed() {
+func (r *holder) handleStdinClosed() {
 	r.eof = true
 	r.mark(Event{Kind: EventStdinClosed})
 	if r.signals > 0 && !r.stopping {
@@ -215,7 +215,7 @@ func (r *run) handleStdinClosed() {
 
 // stop sends the stop signal to the child's group and starts the grace.
 // Stopping twice does nothing; kill escalates.
-func (r *run) stop(reason string) {
+func (r *holder) stop(reason string) {
 	if r.stopping {
 		return
 	}
@@ -232,7 +232,7 @@ func (r *run) stop(reason string) {
 }
 
 // kill sends SIGKILL to the child's group.
-func (r *run) kill(reason string) {
+func (r *holder) kill(reason string) {
 	if !r.stopping {
 		r.stopping, r.reason = true, reason
 	}
@@ -253,7 +253,7 @@ func (r *run) kill(reason string) {
 // handleExit reports how the child ended and returns the shim's status.
 // What is left of the child's process group is killed: nothing of the
 // child outlives the shim.
-func (r *run) handleExit(res childResult) int {
+func (r *holder) handleExit(res childResult) int {
 	if err := signalGroup(r.pid, syscall.SIGKILL); err != nil {
 		r.log.Warn("kill rest of child's group", "error", err)
 	}
@@ -270,7 +270,7 @@ func (r *run) handleExit(res childResult) int {
 }
 
 // startFailed reports a child that never ran and returns its status.
-func (r *run) startFailed(err error) int {
+func (r *holder) startFailed(err error) int {
 	status := 126
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 		status = 127
@@ -281,7 +281,7 @@ func (r *run) startFailed(err error) int {
 }
 
 // mark writes ev as a marker line on stderr, at the start of a line.
-func (r *run) mark(ev Event) {
+func (r *holder) mark(ev Event) {
 	ev.Time = r.cfg.Now()
 	ev.ShimPID = os.Getpid()
 	if ev.ChildPID == 0 {
