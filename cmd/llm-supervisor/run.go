@@ -65,7 +65,7 @@ func runRun(args []string, stderr io.Writer) int {
 	log = log.With("tier", cfg.Tier, "job", alloc.JobID)
 	client := &slurm.Client{}
 	notices := make(chan notice, 1)
-	runner, err := newRunner(cfg, alloc, client, notices, log)
+	runner, runs, err := newRunner(cfg, alloc, client, notices, log)
 	if err != nil {
 		log.Error("cannot plan the tier", "error", err)
 		return exitSetup
@@ -87,9 +87,10 @@ func runRun(args []string, stderr io.Writer) int {
 	<-readerDone // afterDrain reads the signals from here on
 	if err != nil {
 		// The runner logged the one "gave up" line with its reason.
+		runs.end(supervisor.CauseUnknown)
 		return exitGaveUp
 	}
-	afterDrain(ctx, st, client, alloc, sigs, log)
+	afterDrain(ctx, st, runs, cfg.Drain.MaxFailedRuns, client, alloc, sigs, log)
 	return exitOK
 }
 
@@ -110,13 +111,20 @@ func readNotices(ctx context.Context, sigs <-chan os.Signal, shims <-chan notice
 // afterDrain does what the notice's classification says follows the
 // drain: requeue the job, wait for Slurm's own SIGTERM (a preempted batch
 // script that exits early is never requeued), or just exit.
-func afterDrain(ctx context.Context, st *stopper, client *slurm.Client, alloc slurm.Allocation, sigs <-chan os.Signal, log hclog.Logger) {
+func afterDrain(ctx context.Context, st *stopper, runs *runRecord, maxFailedRuns int, client *slurm.Client,
+	alloc slurm.Allocation, sigs <-chan os.Signal, log hclog.Logger) {
 	d, ok := st.after()
 	if !ok {
+		runs.end(supervisor.CauseShutdown)
 		return
 	}
+	state := runs.end(d.Cause)
 	switch d.After {
 	case supervisor.AfterRequeue:
+		if ok, why := supervisor.ShouldRequeue(state, maxFailedRuns); !ok {
+			log.Error("not requeueing the job", "reason", why)
+			return
+		}
 		rctx, cancel := context.WithTimeout(ctx, classifyTimeout)
 		defer cancel()
 		if err := client.Requeue(rctx, alloc.JobID); err != nil {
@@ -132,34 +140,37 @@ func afterDrain(ctx context.Context, st *stopper, client *slurm.Client, alloc sl
 
 // newRunner plans the tier for the allocation and builds its runner with
 // the srun launcher; Replan rebuilds the plan when a worker node is dropped.
-func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Client, notices chan<- notice, log hclog.Logger) (*supervisor.Runner, error) {
+func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Client, notices chan<- notice, log hclog.Logger) (*supervisor.Runner, *runRecord, error) {
 	addrs, err := cfg.NodeAddresses(alloc.Nodes, func(nodes []string) (map[string]string, error) {
 		return client.NodeAddrs(context.Background(), nodes)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	in := supervisor.PlanInput{JobID: alloc.JobID, RestartCount: alloc.RestartCount,
 		Nodes: alloc.Nodes, BatchNode: alloc.BatchNode, Addrs: addrs}
 	plan, err := cfg.Plan(in)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log.Info("plan", "kind", plan.Kind, "head", plan.Head.Node, "workers", len(plan.Workers),
 		"endpoint", fmt.Sprintf("%s:%d", plan.EndpointHost, plan.EndpointPort), "restart_count", plan.RestartCount)
 	launcher, err := srunLauncher(plan, client, notices)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return supervisor.New(plan, supervisor.Options{
+	runs := beginRun(supervisor.RunStatePath(cfg.LogDir, cfg.Tier, alloc.JobID), cfg.Tier, alloc.JobID, alloc.RestartCount, log)
+	r, err := supervisor.New(plan, supervisor.Options{
 		Launcher: launcher,
 		Logger:   log,
+		Observer: runs.observe,
 		Replan: func(workers []string) (*supervisor.Plan, error) {
 			next := in
 			next.Workers = workers
 			return cfg.Plan(next)
 		},
 	})
+	return r, runs, err
 }
 
 // srunLauncher starts each process as a step wrapped in this binary's shim

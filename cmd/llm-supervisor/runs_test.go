@@ -1,0 +1,44 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/supervisor"
+)
+
+func TestRunRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t-7.state")
+	log := hclog.NewNullLogger()
+	ready := supervisor.Event{Kind: supervisor.EventState, State: supervisor.StateReady}
+	tests := []struct {
+		name      string
+		ready     bool
+		cause     supervisor.Cause
+		wantFails int
+	}{
+		{name: "run 0 never ready, gave up", cause: supervisor.CauseUnknown, wantFails: 1},
+		{name: "run 1 never ready, gave up", cause: supervisor.CauseUnknown, wantFails: 2},
+		{name: "run 2 never ready, preempted: not its fault", cause: supervisor.CausePreempted, wantFails: 2},
+		{name: "run 3 ready ends the streak", ready: true, cause: supervisor.CausePreempted, wantFails: 0},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := beginRun(path, "t", "7", i, log)
+			if tt.ready {
+				r.observe(ready)
+				r.observe(ready)
+			}
+			got := r.end(tt.cause)
+			saved, err := supervisor.LoadRunState(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.FailedRuns != tt.wantFails || saved.FailedRuns != tt.wantFails {
+				t.Errorf("failed runs = %d (saved %d), want %d", got.FailedRuns, saved.FailedRuns, tt.wantFails)
+			}
+		})
+	}
+}
