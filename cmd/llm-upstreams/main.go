@@ -5,6 +5,7 @@
 //	llm-upstreams sync   [--config FILE]           one pass (systemd timer)
 //	llm-upstreams watch  [--config FILE]           passes on file events and every sweep
 //	llm-upstreams status [--config FILE] [--json]  what would be routed, and why
+//	llm-upstreams keep …, llm-upstreams tier …     the keeper (keep.go)
 //
 // Exit codes: 0 success, 1 the pass or watch failed, 2 usage or config error.
 package main
@@ -51,6 +52,7 @@ type options struct {
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|status [--config FILE] [--json] [--log-level LEVEL] [--log-json]\n"+
+		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
 		"       llm-upstreams --version\n")
 }
 
@@ -63,6 +65,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
+	}
+	switch args[0] { // the keeper's subcommands parse their own flags and config
+	case "keep":
+		return runKeep(args[1:], stdout, stderr)
+	case "tier":
+		return runTier(args[1:], stdout, stderr)
 	}
 	cmd := args[0]
 	fs := flag.NewFlagSet("llm-upstreams "+cmd, flag.ContinueOnError)

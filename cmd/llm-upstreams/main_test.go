@@ -44,6 +44,7 @@ func TestRunExitCodes(t *testing.T) {
 	}{
 		{name: "version", args: []string{"--version"}, code: exitOK, stdout: "llm-upstreams dev"},
 		{name: "no args", args: nil, code: exitUsage, stderr: "usage"},
+		{name: "tier dispatched to the keeper", args: []string{"tier"}, code: exitUsage, stderr: "usage: llm-upstreams tier"},
 		{name: "unknown command", args: []string{"frob", "--config", good}, code: exitUsage, stderr: "usage"},
 		{name: "unknown flag", args: []string{"sync", "--nope"}, code: exitUsage, stderr: "usage"},
 		{name: "unknown config key", args: []string{"status", "--config", bad}, code: exitUsage, stderr: "bad.toml:2: unknown key sweep"},
