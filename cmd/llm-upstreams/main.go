@@ -47,11 +47,11 @@ type options struct {
 	config   string
 	asJSON   bool
 	logLevel string
-	logJSON  bool
+	logFmt   string
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|status [--config FILE] [--json] [--log-level LEVEL] [--log-json]\n"+
+	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|status [--config FILE] [--json] [--log-level LEVEL] [--log-format text|json]\n"+
 		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
 		"       llm-upstreams --version\n")
 }
@@ -79,13 +79,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.config, "config", defaultConfig, "config file")
 	fs.BoolVar(&o.asJSON, "json", false, "status: print JSON")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn, error")
-	fs.BoolVar(&o.logJSON, "log-json", false, "log as JSON lines")
-	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
+	fs.StringVar(&o.logFmt, "log-format", "text", "text or json (JSON lines)")
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 || (o.logFmt != "text" && o.logFmt != "json") {
 		usage(stderr)
 		return exitUsage
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "llm-upstreams", Level: hclog.LevelFromString(o.logLevel),
-		Output: stderr, JSONFormat: o.logJSON})
+		Output: stderr, JSONFormat: o.logFmt == "json"})
 	cfg, err := upstreams.Load(o.config)
 	if err != nil {
 		log.Error("config", "error", err)

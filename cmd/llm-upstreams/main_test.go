@@ -46,6 +46,8 @@ func TestRunExitCodes(t *testing.T) {
 		{name: "no args", args: nil, code: exitUsage, stderr: "usage"},
 		{name: "tier dispatched to the keeper", args: []string{"tier"}, code: exitUsage, stderr: "usage: llm-upstreams tier"},
 		{name: "unknown command", args: []string{"frob", "--config", good}, code: exitUsage, stderr: "usage"},
+		{name: "bad log format", args: []string{"sync", "--log-format", "xml"}, code: exitUsage, stderr: "usage"},
+		{name: "json logs", args: []string{"status", "--log-format", "json", "--config", bad}, code: exitUsage, stderr: `"@level":"error"`},
 		{name: "unknown flag", args: []string{"sync", "--nope"}, code: exitUsage, stderr: "usage"},
 		{name: "unknown config key", args: []string{"status", "--config", bad}, code: exitUsage, stderr: "bad.toml:2: unknown key sweep"},
 		{name: "sync, nginx test fails", args: []string{"sync", "--config", failing}, code: exitFailed, stderr: "nginx config test failed"},
