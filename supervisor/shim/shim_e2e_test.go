@@ -52,9 +52,16 @@ func helperBatch() int {
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGCONT)
+	term := make(chan struct{}, 1)
 	go func() {
 		for s := range sigs {
 			record("batch", "signal "+s.String())
+			if s == syscall.SIGTERM {
+				select {
+				case term <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}()
 	self, _ := os.Executable()
@@ -80,35 +87,57 @@ func helperBatch() int {
 	}
 	exited := make(chan error, 1)
 	go func() { wg.Wait(); exited <- cmd.Wait() }()
-	return batchLoop(dir, cmd.Process, stdin, exited, record)
+	return batchLoop(dir, cmd.Process, stdin, exited, term, record)
 }
 
 // batchLoop forwards <dir>/stop and <dir>/stop-now to the step's stdin,
-// closes it on <dir>/close-stdin, kills the srun client on <dir>/kill-srun,
-// until srun exits.
-func batchLoop(dir string, srun *os.Process, stdin io.WriteCloser, exited <-chan error, record func(string, string)) int {
+// closes it on <dir>/close-stdin, kills the srun client on <dir>/kill-srun.
+// Like the supervisor it does not exit when its step ends (a preempted
+// batch script that exits early ends the job COMPLETED): it exits once it
+// has had SIGTERM and its step has ended, or after `scontrol requeue` of
+// its job on <dir>/requeue.
+func batchLoop(dir string, srun *os.Process, stdin io.WriteCloser, exited <-chan error,
+	term <-chan struct{}, record func(string, string)) int {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	stepDone, termed := false, false
+	for !stepDone || !termed {
 		select {
 		case err := <-exited:
 			record("batch", fmt.Sprintf("srun exited: %v", err))
-			return 0
+			stepDone = true
+		case <-term:
+			termed = true
 		case <-tick.C:
-			for _, c := range []string{CommandStop, CommandStopNow} {
-				if os.Remove(filepath.Join(dir, c)) == nil {
-					_, err := stdin.Write(StopCommand(c == CommandStopNow))
-					record("batch", fmt.Sprintf("sent %s: %v", c, err))
-				}
-			}
-			if os.Remove(filepath.Join(dir, "close-stdin")) == nil {
-				record("batch", fmt.Sprintf("closed stdin: %v", stdin.Close()))
-			}
-			if os.Remove(filepath.Join(dir, "kill-srun")) == nil {
-				record("batch", fmt.Sprintf("killed srun: %v", srun.Kill()))
+			if batchFiles(dir, srun, stdin, record) {
+				return 0
 			}
 		}
 	}
+	return 0
+}
+
+// batchFiles carries out the control files present; true means exit.
+func batchFiles(dir string, srun *os.Process, stdin io.WriteCloser, record func(string, string)) bool {
+	take := func(name string) bool { return os.Remove(filepath.Join(dir, name)) == nil }
+	for _, c := range []string{CommandStop, CommandStopNow} {
+		if take(c) {
+			_, err := stdin.Write(StopCommand(c == CommandStopNow))
+			record("batch", fmt.Sprintf("sent %s: %v", c, err))
+		}
+	}
+	if take("close-stdin") {
+		record("batch", fmt.Sprintf("closed stdin: %v", stdin.Close()))
+	}
+	if take("kill-srun") {
+		record("batch", fmt.Sprintf("killed srun: %v", srun.Kill()))
+	}
+	if take("requeue") {
+		out, err := exec.Command("scontrol", "requeue", os.Getenv("SLURM_JOB_ID")).CombinedOutput()
+		record("batch", fmt.Sprintf("scontrol requeue: %v %s", err, out))
+		return true
+	}
+	return false
 }
 
 // e2eJob is one submitted test job and what the test reads of it.
@@ -274,4 +303,36 @@ func TestE2EKilledSrunLeavesNoChild(t *testing.T) {
 	waitGone(t, started.ShimPID)
 	t.Logf("job %s: shim and child gone %v after asking for the srun kill; batch side log:\n%s",
 		j.id, time.Since(killed).Round(time.Millisecond), j.dump())
+}
+
+// TestE2EStopThenRequeueFreesNodes: the ordered end of a preempted run —
+// steps stopped first, then `scontrol requeue` from the batch side, then
+// exit — hands the nodes to the preemptor at once and keeps the job queued.
+func TestE2EStopThenRequeueFreesNodes(t *testing.T) {
+	requireCluster(t)
+	j := submit(t)
+	started, _ := j.waitEvent(EventStarted, 60*time.Second)
+	var preemptor string
+	holdThenStop(t, j, started.ChildPID, func() {
+		preemptor = slurmCmd(t, "sbatch", "--parsable", "-p", "gpu_vasp", "-N3", "--exclusive",
+			"-o", "/dev/null", "--wrap", "sleep 5")
+		t.Cleanup(func() { _ = exec.Command("scancel", preemptor).Run() })
+	})
+	requeued := time.Now()
+	if err := os.WriteFile(filepath.Join(j.dir, "requeue"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for slurmCmd(t, "squeue", "-h", "-j", preemptor, "-o", "%T") != "RUNNING" {
+		if time.Now().After(deadline) {
+			t.Fatalf("preemptor %s not running 60 s after the requeue; log:\n%s", preemptor, j.dump())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("preemptor %s running %v after the batch side was asked to requeue",
+		preemptor, time.Since(requeued).Round(time.Millisecond))
+	show := slurmCmd(t, "scontrol", "-o", "show", "job", j.id)
+	if !strings.Contains(show, "Restarts=1") {
+		t.Errorf("job %s not requeued: %s", j.id, show)
+	}
 }
