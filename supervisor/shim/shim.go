@@ -100,6 +100,9 @@ func Run(cfg Config) int {
 		cfg.Logger.Error("invalid shim config", "error", err)
 		return 2
 	}
+	if !cfg.Unshielded && cfg.StopSignal == syscall.SIGTERM {
+		cfg.Logger.Warn("stop signal SIGTERM is blocked in a shielded child: stopping it will take the grace and SIGKILL")
+	}
 	h := &holder{cfg: cfg, log: cfg.Logger}
 	return h.run()
 }
