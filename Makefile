@@ -3,7 +3,7 @@
 #   make build          binaries into ./bin (version stamped from git)
 #   make test           fast tests: no root, no Slurm, no nginx
 #   make e2e            real local Slurm cluster + real nginx (root; starts the cluster)
-#   make check          what CI runs: vet + test + e2e
+#   make check          what CI runs: gofmt, vet, test, shipped configs, e2e
 #   make bench          benchmarks, figures printed (root for the real-Slurm/nginx ones)
 #   make demo           the whole thing end to end on this machine (root)
 #   make install        PREFIX=/usr/local DESTDIR=  binaries, configs, units, scripts
@@ -18,7 +18,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build test e2e check vet fmt-check bench fuzz demo install cluster-up cluster-down clean
+.PHONY: all build test e2e check check-shipped vet fmt-check bench fuzz demo install cluster-up cluster-down clean
 
 all: build
 
@@ -47,7 +47,11 @@ cluster-down:
 e2e: cluster-up
 	$(GO) test -tags e2e -p 1 -count=1 -timeout $(E2E_TIMEOUT) ./...
 
-check: fmt-check vet test e2e
+check: fmt-check vet test check-shipped e2e
+
+# check-config on every shipped tier config, nginx -t on the shipped site.
+check-shipped: build
+	scripts/check-shipped.sh
 
 bench:
 	scripts/bench.sh

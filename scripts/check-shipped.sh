@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Checks what the project ships, with the built programs (make build first):
+#   - llm-supervisor check-config on every tier config under etc/ (site configs planned
+#     for the site's nodes vasp-[01-03], local ones for the test cluster's node[1-3]);
+#   - nginx -t on the shipped site etc/nginx/slurm-llm.conf, with the upstream files
+#     llm-upstreams renders for it, in a private nginx prefix (no running nginx needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+
+for f in $(git ls-files 'etc/*.toml' 'etc/**/*.toml'); do
+	grep -q '^tier *=' "$f" || continue
+	case $f in
+	etc/local/*) nodes='node[1-3]' ;;
+	*) nodes='vasp-[01-03]' ;;
+	esac
+	if bin/llm-supervisor check-config "$f" --nodelist "$nodes" >/dev/null; then
+		echo "ok   check-config $f (nodes $nodes)"
+	else
+		echo "FAIL check-config $f"
+		fail=1
+	fi
+done
+
+if ! command -v nginx >/dev/null; then
+	echo "skip nginx -t: nginx is not installed"
+	exit $fail
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/endpoints" "$tmp/upstreams" "$tmp/logs"
+sed "s#/etc/nginx/slurm-llm/#$tmp/upstreams/#g" etc/nginx/slurm-llm.conf >"$tmp/site.conf"
+cat >"$tmp/nginx.conf" <<CONF
+pid $tmp/nginx.pid;
+error_log $tmp/logs/error.log;
+events {}
+http {
+    access_log $tmp/logs/access.log;
+    client_body_temp_path $tmp/body;
+    proxy_temp_path $tmp/proxy;
+    fastcgi_temp_path $tmp/fastcgi;
+    uwsgi_temp_path $tmp/uwsgi;
+    scgi_temp_path $tmp/scgi;
+    include $tmp/site.conf;
+}
+CONF
+cat >"$tmp/upstreams.toml" <<CONF
+endpoint_dir = "$tmp/endpoints"
+output_dir = "$tmp/upstreams"
+lock_file = "$tmp/lock"
+[tiers.fast]
+[tiers.reasoning]
+backup = "fast"
+[nginx]
+test = ["nginx", "-t", "-q", "-c", "$tmp/nginx.conf"]
+reload = ["true"]
+[scheduler]
+check = false
+CONF
+if bin/llm-upstreams sync --config "$tmp/upstreams.toml" 2>"$tmp/sync.log" &&
+	nginx -t -q -c "$tmp/nginx.conf"; then
+	echo "ok   nginx -t etc/nginx/slurm-llm.conf (with rendered upstream files)"
+else
+	echo "FAIL nginx -t etc/nginx/slurm-llm.conf"
+	cat "$tmp/sync.log"
+	fail=1
+fi
+exit $fail
