@@ -102,6 +102,7 @@ cleanup() {
 	info "done; logs are in $STATE/logs and $DEMO_DIR"
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT
 
 say "starting a private nginx with the shipped site (127.0.0.1:8080 fast, :8081 reasoning)"
 sed "s#/etc/nginx/slurm-llm/#$DEMO_DIR/upstreams/#g" "$SHARE/etc/nginx/slurm-llm.conf" >"$DEMO_DIR/site.conf"

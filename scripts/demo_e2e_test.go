@@ -1,0 +1,54 @@
+//go:build e2e
+
+// Package scripts_test runs the project's scripts the way a person does.
+package scripts_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDemoE2E runs `make demo`'s path (scripts/demo.sh) on the local cluster: both tiers
+// come up and answer through nginx, a high-priority job preempts them, nginx answers 503
+// with Retry-After, the jobs are requeued and the tiers answer again.
+func TestDemoE2E(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the demo needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "./demo.sh")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// On timeout, TERM lets the demo's cleanup trap stop what it started; KILL follows.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 90 * time.Second
+	err := cmd.Run()
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("demo.sh: %v", err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		":8080 → ",                // fast answered through nginx
+		":8081 → ",                // reasoning answered through nginx
+		"Retry-After:",            // the preempted tier's 503 carried Retry-After
+		"both tiers answer again", // and came back
+		"Restarts=1",              // through a requeue of the same job
+		"demo finished",           // and the demo ran to its end
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "FAILED") {
+		t.Errorf("demo output reports a failure")
+	}
+}
