@@ -97,8 +97,15 @@ type proc struct {
 // startBin starts binDir/name with args; t.Cleanup kills its process group and reaps it.
 func startBin(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
+	return startBinEnv(t, nil, name, args...)
+}
+
+// startBinEnv is startBin with env added to the environment.
+func startBinEnv(t testing.TB, env []string, name string, args ...string) *proc {
+	t.Helper()
 	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {

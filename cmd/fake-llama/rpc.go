@@ -26,7 +26,10 @@ const (
 
 // runRPCServer is ggml-rpc-server: listen with backlog 1, serve one client at a time.
 func runRPCServer(cfg config, stderr io.Writer) int {
-	if cfg.ignoreTerm {
+	switch {
+	case sigtermBlocked(): // SIGINT still kills it, as it does the real one
+		holdSIGTERM(stderr)
+	case cfg.ignoreTerm:
 		ignoreSIGTERM(stderr)
 	}
 	if cfg.startupDelay > 0 {

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -36,7 +35,7 @@ type server struct {
 func runServer(cfg config, stderr io.Writer) int {
 	s := &server{cfg: cfg, log: stderr, slots: newSlotTable(cfg.parallel), cut: make(chan struct{})}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sigs, stopSignals(stderr)...)
 	if cfg.startupDelay > 0 {
 		time.Sleep(cfg.startupDelay)
 	}

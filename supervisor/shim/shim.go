@@ -21,6 +21,12 @@ const (
 	DefaultStopSignal = syscall.SIGINT
 )
 
+// BlockedEnv is set to "1" in a shielded child's environment: its SIGTERM
+// is blocked on purpose. C++ programs keep the mask and need not look; a Go
+// child cannot see its initial mask (the Go runtime unblocks SIGTERM before
+// main) and reads this instead (cmd/fake-llama).
+const BlockedEnv = "SLURM_LLM_SIGTERM_BLOCKED"
+
 // Config is one run of the shim around one child.
 type Config struct {
 	// Argv is the child's command line; Argv[0] is looked up in PATH.
@@ -124,6 +130,9 @@ func (r *holder) run() int {
 	cmd := exec.Command(r.cfg.Argv[0], r.cfg.Argv[1:]...)
 	cmd.Stdout = r.cfg.Stdout
 	cmd.Stderr = r.cfg.Stderr
+	if !r.cfg.Unshielded {
+		cmd.Env = append(os.Environ(), BlockedEnv+"=1")
+	}
 	done := make(chan childResult, 1)
 	pid, err := startChild(cmd, !r.cfg.Unshielded, done)
 	if err != nil {

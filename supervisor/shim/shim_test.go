@@ -530,3 +530,27 @@ func TestRealSignalsThroughProcess(t *testing.T) {
 		t.Errorf("exited event = %+v, want status 3 reason stop", ev)
 	}
 }
+
+// A shielded child is told that its SIGTERM is blocked (BlockedEnv); an
+// unshielded one is not.
+func TestChildToldSIGTERMBlocked(t *testing.T) {
+	tests := []struct {
+		name       string
+		unshielded bool
+		want       string
+	}{
+		{name: "shielded", want: "blocked=1"},
+		{name: "unshielded", unshielded: true, want: "blocked="},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startShim(t, Config{Unshielded: tt.unshielded}, "sh", "-c", "echo blocked=$"+BlockedEnv)
+			if status := h.waitStatus(); status != 0 {
+				t.Fatalf("status %d", status)
+			}
+			if got := strings.TrimSpace(h.stdout.String()); got != tt.want {
+				t.Errorf("child printed %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
