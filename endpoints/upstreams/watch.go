@@ -2,8 +2,13 @@ package upstreams
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 
 	"slurm-llm/endpoints"
 )
@@ -28,20 +33,21 @@ type PassResult struct {
 // watchState is what the Watch loop owns.
 type watchState struct {
 	u       *Updater
-	events  chan string // from the current dirWatcher
-	w       *dirWatcher // nil when the dir is not watched
-	watched os.FileInfo // the endpoint dir being watched; nil when none
-	pending bool        // a coalesced pass is due
+	fw      *fsnotify.Watcher // watches the endpoint dir; nil when not watched
+	dir     string            // the path fw watches
+	watched os.FileInfo       // the endpoint dir being watched; nil when none
+	pending bool              // a coalesced pass is due
 	timer   *time.Timer
 }
 
 // Watch runs passes until ctx ends: one at start, one after each burst of
 // changes in the endpoint dir (coalesced for cfg.Coalesce), and one every
-// cfg.SweepInterval for leases and the scheduler. A missing or recreated
-// directory is watched again at the next sweep. Pass errors are logged and
-// counted; Watch returns only when ctx ends (nil) or fsnotify cannot start.
+// cfg.SweepInterval for leases and the scheduler. A missing, moved or
+// recreated directory is watched again at the next sweep; while it cannot
+// be watched the sweeps carry on alone. Pass errors are logged and counted;
+// Watch returns nil when ctx ends.
 func (u *Updater) Watch(ctx context.Context, opts WatchOptions) error {
-	s := &watchState{u: u, events: make(chan string, 64), timer: time.NewTimer(time.Hour)}
+	s := &watchState{u: u, timer: time.NewTimer(time.Hour)}
 	s.timer.Stop()
 	defer s.unwatch()
 	sweep := time.NewTicker(u.cfg.SweepInterval)
@@ -52,8 +58,10 @@ func (u *Updater) Watch(ctx context.Context, opts WatchOptions) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case name := <-s.events:
-			s.handleEvent(name)
+		case ev, ok := <-s.watchEvents():
+			s.handleEvent(ev, ok)
+		case err, ok := <-s.watchErrors():
+			s.handleError(err, ok)
 		case <-s.timer.C:
 			s.pending = false
 			s.runPass(ctx, opts)
@@ -66,13 +74,82 @@ func (u *Updater) Watch(ctx context.Context, opts WatchOptions) error {
 	}
 }
 
+// change is what one watcher event means to the Watch loop.
+type change int
+
+const (
+	// noChange: a file that cannot route (a writer's temp file, a stray).
+	noChange change = iota
+	// fileChanged: an endpoint file was created, written, renamed (in or
+	// away), removed or chmodded.
+	fileChanged
+	// dirChanged: the endpoint dir itself was removed, moved or chmodded,
+	// or events were lost; rescan, and watch it again if it was replaced.
+	dirChanged
+)
+
+// classify maps an fsnotify event on the watched dir to a change. Each
+// write to a file is its own Write event (fsnotify v1.10 does not export
+// close-write); that is fine, as passes are coalesced and endpoint writers
+// rename a complete temp file into place, which is a Create of the name.
+func classify(dir string, ev fsnotify.Event) change {
+	if filepath.Clean(ev.Name) == filepath.Clean(dir) {
+		return dirChanged
+	}
+	if !endpoints.IsEndpointFileName(filepath.Base(ev.Name)) {
+		return noChange
+	}
+	return fileChanged
+}
+
+// watchEvents is the current watcher's event channel; nil (never ready)
+// when the dir is not watched.
+func (s *watchState) watchEvents() <-chan fsnotify.Event {
+	if s.fw == nil {
+		return nil
+	}
+	return s.fw.Events
+}
+
+// watchErrors is the current watcher's error channel; nil when not watched.
+func (s *watchState) watchErrors() <-chan error {
+	if s.fw == nil {
+		return nil
+	}
+	return s.fw.Errors
+}
+
 // handleEvent arms the coalescing timer for events that can change
-// routing: an endpoint file, or the dir itself ("": removed, replaced).
-func (s *watchState) handleEvent(name string) {
-	if name != "" && !endpoints.IsEndpointFileName(name) {
+// routing. A closed channel means the watcher stopped: rescan and let
+// ensureWatch start a new one.
+func (s *watchState) handleEvent(ev fsnotify.Event, ok bool) {
+	c := dirChanged
+	if ok {
+		c = classify(s.dir, ev)
+	} else {
+		s.unwatch()
+	}
+	s.onChange(c)
+}
+
+// handleError treats a watcher error (a kernel queue overflow above all)
+// as lost events: rescan everything.
+func (s *watchState) handleError(err error, ok bool) {
+	if !ok {
+		s.unwatch()
+	} else if !errors.Is(err, fsnotify.ErrEventOverflow) {
+		s.u.opts.Log.Warn("endpoint dir watcher error; rescanning", "dir", s.dir, "error", err)
+	}
+	s.onChange(dirChanged)
+}
+
+// onChange re-checks the watch when the dir itself changed and schedules
+// one coalesced pass for any change.
+func (s *watchState) onChange(c change) {
+	if c == noChange {
 		return
 	}
-	if name == "" {
+	if c == dirChanged {
 		s.ensureWatch()
 	}
 	if !s.pending {
@@ -125,19 +202,35 @@ func (s *watchState) ensureWatch() {
 		return
 	}
 	s.unwatch()
-	w, err := watchDir(dir, s.events)
+	fw, err := watchDir(dir)
 	if err != nil {
 		s.u.opts.Log.Warn("cannot watch endpoint dir; relying on sweeps", "dir", dir, "error", err)
 		return
 	}
-	s.w, s.watched = w, fi
+	s.fw, s.dir, s.watched = fw, dir, fi
 	s.u.opts.Log.Info("watching endpoint dir", "dir", dir)
 }
 
-// unwatch stops the current dirWatcher, if any.
-func (s *watchState) unwatch() {
-	if s.w != nil {
-		s.w.Close()
+// watchDir starts a watcher on dir alone. A watcher per directory, rather
+// than one re-pointed with Add and Remove, means a replaced directory never
+// shares state with the one it replaced.
+func watchDir(dir string) (*fsnotify.Watcher, error) {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("start watcher: %w", err)
 	}
-	s.w, s.watched = nil, nil
+	if err := fw.Add(dir); err != nil {
+		fw.Close()
+		return nil, fmt.Errorf("watch %s: %w", dir, err)
+	}
+	return fw, nil
+}
+
+// unwatch stops the current watcher, if any; its channels are not read
+// again, so nothing it had queued reaches the loop.
+func (s *watchState) unwatch() {
+	if s.fw != nil {
+		s.fw.Close()
+	}
+	s.fw, s.dir, s.watched = nil, "", nil
 }

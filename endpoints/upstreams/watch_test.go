@@ -3,9 +3,13 @@ package upstreams
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
 )
@@ -93,6 +97,10 @@ func TestWatch(t *testing.T) {
 	}
 	h.waitFor("fast routes to the new file", func(r Report) bool { return slices.Equal(fast(r), []string{"10.0.0.1:8080"}) })
 
+	// Written in place, not renamed: only Write events announce it.
+	overwriteInPlace(t, cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.2", 8080))
+	h.waitFor("fast routes to the file rewritten in place", func(r Report) bool { return slices.Equal(fast(r), []string{"10.0.0.2:8080"}) })
+
 	if err := endpoints.Remove(cfg.EndpointDir, "fast", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -134,5 +142,136 @@ func TestWatchReloadConfig(t *testing.T) {
 	h.waitFor("three tiers after reload", func(r Report) bool { return len(r.Tiers) == 3 })
 	if _, err := os.Stat(cfg.OutputDir + "/upstream-code.conf"); err != nil {
 		t.Errorf("new tier's file: %v", err)
+	}
+}
+
+// overwriteInPlace rewrites e's existing file without a rename, as an admin's
+// editor or a careless writer would.
+func overwriteInPlace(t *testing.T, dir string, e endpoints.Endpoint) {
+	t.Helper()
+	scratch := t.TempDir()
+	if err := endpoints.Write(scratch, e); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(scratch, endpoints.FileName(e.Tier, e.JobID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, endpoints.FileName(e.Tier, e.JobID)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	const dir = "/var/lib/llm/endpoints"
+	tests := []struct {
+		name string
+		dir  string
+		ev   fsnotify.Event
+		want change
+	}{
+		{name: "endpoint file created or renamed in", dir: dir, ev: fsnotify.Event{Name: dir + "/fast-1.json", Op: fsnotify.Create}, want: fileChanged},
+		{name: "endpoint file written in place", dir: dir, ev: fsnotify.Event{Name: dir + "/fast-1.json", Op: fsnotify.Write}, want: fileChanged},
+		{name: "endpoint file renamed away", dir: dir, ev: fsnotify.Event{Name: dir + "/fast-1.json", Op: fsnotify.Rename}, want: fileChanged},
+		{name: "endpoint file removed", dir: dir, ev: fsnotify.Event{Name: dir + "/reasoning-2.json", Op: fsnotify.Remove}, want: fileChanged},
+		{name: "endpoint file chmodded", dir: dir, ev: fsnotify.Event{Name: dir + "/fast-1.json", Op: fsnotify.Chmod}, want: fileChanged},
+		{name: "writer's temp file", dir: dir, ev: fsnotify.Event{Name: dir + "/.fast-1.json.tmp-1", Op: fsnotify.Write}, want: noChange},
+		{name: "stray non-json file", dir: dir, ev: fsnotify.Event{Name: dir + "/notes.txt", Op: fsnotify.Create}, want: noChange},
+		{name: "dir removed", dir: dir, ev: fsnotify.Event{Name: dir, Op: fsnotify.Remove}, want: dirChanged},
+		{name: "dir moved away", dir: dir, ev: fsnotify.Event{Name: dir, Op: fsnotify.Rename}, want: dirChanged},
+		{name: "dir configured with a trailing slash", dir: dir + "/", ev: fsnotify.Event{Name: dir, Op: fsnotify.Remove}, want: dirChanged},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if d := cmp.Diff(tt.want, classify(tt.dir, tt.ev)); d != "" {
+				t.Errorf("classify(%q, %v) (-want +got):\n%s", tt.dir, tt.ev, d)
+			}
+		})
+	}
+}
+
+// The real watcher reports each kind of change to a file in the dir, and
+// the dir itself going, as a change classify routes on.
+func TestWatchDirReportsChanges(t *testing.T) {
+	tests := []struct {
+		name string
+		do   func(t *testing.T, dir string)
+		want change
+	}{
+		{name: "create", want: fileChanged, do: func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "new-1.json")) }},
+		{name: "write in place", want: fileChanged, do: func(t *testing.T, dir string) { writeFile(t, filepath.Join(dir, "fast-1.json")) }},
+		{name: "rename into place", want: fileChanged, do: func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, ".fast-2.json.tmp"))
+			rename(t, filepath.Join(dir, ".fast-2.json.tmp"), filepath.Join(dir, "fast-2.json"))
+		}},
+		{name: "rename away", want: fileChanged, do: func(t *testing.T, dir string) {
+			rename(t, filepath.Join(dir, "fast-1.json"), filepath.Join(filepath.Dir(dir), "elsewhere.json"))
+		}},
+		{name: "remove", want: fileChanged, do: func(t *testing.T, dir string) { removeAll(t, filepath.Join(dir, "fast-1.json")) }},
+		{name: "chmod", want: fileChanged, do: func(t *testing.T, dir string) {
+			if err := os.Chmod(filepath.Join(dir, "fast-1.json"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "dir removed", want: dirChanged, do: func(t *testing.T, dir string) { removeAll(t, dir) }},
+		{name: "dir moved away", want: dirChanged, do: func(t *testing.T, dir string) { rename(t, dir, dir+".old") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "endpoints")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(dir, "fast-1.json"))
+			fw, err := watchDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { fw.Close() })
+			tt.do(t, dir)
+			waitChange(t, fw, dir, tt.want)
+		})
+	}
+}
+
+// waitChange reads events until one classifies as want, or fails at a deadline.
+func waitChange(t *testing.T, fw *fsnotify.Watcher, dir string, want change) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	var seen []string
+	for {
+		select {
+		case ev := <-fw.Events:
+			if classify(dir, ev) == want {
+				return
+			}
+			seen = append(seen, ev.String())
+		case err := <-fw.Errors:
+			t.Fatalf("watcher error: %v", err)
+		case <-deadline.C:
+			t.Fatalf("no event classified %d within 10s; saw %q", want, seen)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rename(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func removeAll(t *testing.T, path string) {
+	t.Helper()
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatal(err)
 	}
 }
