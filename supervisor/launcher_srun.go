@@ -41,12 +41,17 @@ type SrunLauncher struct {
 	CancelStep func(ctx context.Context, step string) error
 	// Shim, when set, is the command that runs the shim (e.g.
 	// ["/usr/bin/llm-supervisor", "shim"]); each process then runs as
-	// `Shim... --token T --grace ShimGrace -- argv` with a fresh token. Nil
+	// `Shim... --token T --grace ShimGrace --hold ShimHold -- argv` with a fresh token. Nil
 	// runs processes directly under srun.
 	Shim []string
 	// ShimGrace is the shim's --grace: how long its child has after the
 	// stop signal before SIGKILL; zero leaves the shim's default.
 	ShimGrace time.Duration
+	// ShimHold is the shim's --hold: how long it keeps its child through
+	// Slurm's SIGTERM when no "stop" comes (the supervisor is stuck or
+	// gone). Hold + grace must end inside the drain budget. Zero leaves the
+	// shim's default.
+	ShimHold time.Duration
 	// OnShimEvent, if set, is called with every marker a step's shim
 	// writes (started, signal from Slurm, stopping, exited), on the
 	// goroutine that copies the output; it must return quickly. A "signal"
@@ -72,6 +77,9 @@ func (l SrunLauncher) Start(p Process) (Handle, error) {
 		argv = append(append([]string(nil), l.Shim...), "--token", token)
 		if l.ShimGrace > 0 {
 			argv = append(argv, "--grace", l.ShimGrace.String())
+		}
+		if l.ShimHold > 0 {
+			argv = append(argv, "--hold", l.ShimHold.String())
 		}
 		argv = append(append(argv, "--"), p.Argv...)
 	}

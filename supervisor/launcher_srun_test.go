@@ -28,9 +28,9 @@ exec "$@"
 // "stop" from stdin, TERMs it; it records the flags it was given and
 // writes an exit marker with its token, as the real shim does.
 const fakeShim = `#!/bin/sh
-echo "shim flags: $1 $3 $4" >&2
+echo "shim flags: $1 $3 $4 $5 $6" >&2
 token=$2
-shift 5
+shift 7
 "$@" &
 child=$!
 read cmd
@@ -63,9 +63,9 @@ func TestSrunLauncher(t *testing.T) {
 		want     ExitResult
 	}{
 		{name: "direct", launcher: SrunLauncher{Srun: srun}, want: ExitResult{}},
-		{name: "shimmed", launcher: SrunLauncher{Srun: srun, Shim: []string{shimBin}, ShimGrace: 3 * time.Second,
+		{name: "shimmed", launcher: SrunLauncher{Srun: srun, Shim: []string{shimBin}, ShimGrace: 3 * time.Second, ShimHold: 17 * time.Second,
 			OnShimEvent: func(p Process, ev shim.Event) { shimEvents <- string(ev.Kind) + " " + p.Name }},
-			wantLog: []string{"shim flags: --token --grace 3s", "shim got: stop"},
+			wantLog: []string{"shim flags: --token --grace 3s --hold 17s", "shim got: stop"},
 			want:    ExitResult{Code: 143, Signal: syscall.SIGTERM}},
 	}
 	for _, tt := range tests {

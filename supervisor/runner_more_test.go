@@ -4,9 +4,12 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
 )
@@ -117,5 +120,35 @@ func TestRunnerHeadUnhealthy(t *testing.T) {
 	}
 	if rn.pidOf("rpc-node1") != worker {
 		t.Error("the worker was restarted for a head failure")
+	}
+}
+
+// A better reason asked for while the processes are being stopped (Slurm's
+// answer to "why") is not lost: the stopped state names it.
+func TestRunnerLateStopReasonKept(t *testing.T) {
+	tr := newTier(t, 1)
+	plan := tr.plan(tr.nodes)
+	var r *Runner
+	var once sync.Once
+	rn := startRunner(t, plan, Options{Observer: func(e Event) {
+		if e.Kind == EventState && e.State == StateDraining {
+			once.Do(func() { r.Stop(StopRequest{Reason: ReasonPreempted}) })
+		}
+	}})
+	r = rn.r
+	until(t, "endpoint ready", func() bool { return endpointState(t, plan) == endpoints.StateReady })
+	r.Stop(StopRequest{Reason: ReasonShutdown, SkipDrain: true})
+	if err := rn.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	var got []string
+	for _, e := range rn.rec.all() {
+		if e.Kind == EventState && (e.State == StateDraining || e.State == StateStopped) {
+			got = append(got, string(e.State)+" "+e.Reason)
+		}
+	}
+	want := []string{"draining shutdown", "stopped preempted"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("states (-want +got):\n%s", d)
 	}
 }

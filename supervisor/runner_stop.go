@@ -110,8 +110,26 @@ func (r *Runner) handleInFlight(m inFlightMsg) {
 // ends the run. It blocks the Run goroutine: nothing is left to decide.
 func (r *Runner) finish() {
 	r.stopAll()
+	r.takeLateReasons()
 	r.removeEndpoint()
 	r.setState(StateStopped, string(r.drain.req.Reason))
+}
+
+// takeLateReasons keeps the last reason of the stop requests that arrived
+// while the processes were being stopped (Slurm's answer often comes then),
+// so that the final state names it.
+func (r *Runner) takeLateReasons() {
+	for {
+		select {
+		case req := <-r.stopCh:
+			if req.Reason != "" && req.Reason != r.drain.req.Reason {
+				r.drain.req.Reason = req.Reason
+				r.log.Info("stop reason", "reason", req.Reason)
+			}
+		default:
+			return
+		}
+	}
 }
 
 // giveUp ends the run with ErrGaveUp: the endpoint goes first (no more
