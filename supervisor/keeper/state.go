@@ -8,10 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/slurm"
 )
 
@@ -111,46 +111,18 @@ func (s *Store) Save(tier string, st TierState) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("save state of tier %s: %w", tier, err)
 	}
-	if err := endpoints.WriteFileAtomic(s.Path(tier), append(b, '\n'), stateFileMode); err != nil {
+	if err := fsutil.WriteFile(s.Path(tier), append(b, '\n'), stateFileMode); err != nil {
 		return fmt.Errorf("save state of tier %s: %w", tier, err)
 	}
 	return nil
 }
-
-// lockPoll is how often a busy lock is retried.
-const lockPoll = 50 * time.Millisecond
 
 // Lock takes the store's exclusive flock (<dir>/.lock), waiting until ctx
 // ends, so that a pass and an admin command never read-modify-write a state
 // file at once. The returned func releases it. The kernel drops the lock of
 // a process that dies, so a crash leaves no stale lock.
 func (s *Store) Lock(ctx context.Context) (func(), error) {
-	path := filepath.Join(s.dir, ".lock")
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
 	// Read-only is enough for flock, so a lock file root created stays
 	// usable by the service user and the other way round.
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|syscall.O_CLOEXEC, stateFileMode)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	tick := time.NewTicker(lockPoll)
-	defer tick.Stop()
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("lock %s: held by another process: %w", path, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return fsutil.Lock(ctx, filepath.Join(s.dir, ".lock"), fsutil.ReadOnly())
 }
