@@ -1,13 +1,14 @@
 package endpoints
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"slurm-llm/endpoints/fsutil"
 )
 
 // FileMode is the permission of a published endpoint file: readable by the
@@ -39,79 +40,7 @@ func Write(dir string, e Endpoint) error {
 		return err
 	}
 	path := filepath.Join(dir, FileName(e.Tier, e.JobID))
-	return WriteFileAtomic(path, b, FileMode)
-}
-
-// WriteFileAtomic writes b to path through a synced temp file in the same
-// directory and a rename, with permission perm. It skips the write when path
-// already holds b with permission perm (renameio's and consul-template's
-// shape: nothing changes, nothing reloads).
-func WriteFileAtomic(path string, b []byte, perm fs.FileMode) (err error) {
-	if same, _ := sameContent(path, b, perm); same {
-		return nil
-	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	renamed := false
-	defer func() {
-		if !renamed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := writeSyncClose(tmp, b, perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: rename: %w", path, err)
-	}
-	renamed = true
-	syncDir(dir)
-	return nil
-}
-
-// writeSyncClose fills the temp file, sets its mode and makes it durable.
-func writeSyncClose(f *os.File, b []byte, perm fs.FileMode) error {
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-// sameContent reports whether path is a regular file with permission perm
-// holding exactly b. Any error means "not the same".
-func sameContent(path string, b []byte, perm fs.FileMode) (bool, error) {
-	fi, err := os.Lstat(path)
-	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != perm || fi.Size() != int64(len(b)) {
-		return false, err
-	}
-	old, err := os.ReadFile(path)
-	if err != nil {
-		return false, err
-	}
-	return bytes.Equal(old, b), nil
-}
-
-// syncDir makes a rename in dir durable. Errors are ignored: some file
-// systems (NFS, some FUSE) refuse fsync on a directory, and the rename
-// itself already happened.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
+	return fsutil.WriteFile(path, b, FileMode)
 }
 
 // Remove deletes the endpoint file of a tier and job from dir. A file that

@@ -96,62 +96,6 @@ func TestWriteUnchangedBytesKeepsMtime(t *testing.T) {
 	}
 }
 
-// A reader polling the file while a writer alternates two contents must only
-// ever see one of the two complete documents, never a partial file.
-func TestWriteAtomicForConcurrentReader(t *testing.T) {
-	dir := t.TempDir()
-	small := validEndpoint()
-	big := validEndpoint()
-	big.State = StateDraining
-	big.Reason = strings.Repeat("x", 200)
-	for i := 0; i < 40; i++ {
-		big.Models = append(big.Models, strings.Repeat("m", 100))
-	}
-	if err := Write(dir, small); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, FileName(small.Tier, small.JobID))
-	done := make(chan error)
-	go func() {
-		for i := 0; i < 300; i++ {
-			e := small
-			if i%2 == 0 {
-				e = big
-			}
-			if err := Write(dir, e); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	reads := 0
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("writer: %v", err)
-			}
-			t.Logf("%d reads, all complete", reads)
-			assertNoTempFiles(t, dir)
-			return
-		default:
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("read %d: %v", reads, err)
-		}
-		var got Endpoint
-		if err := json.Unmarshal(b, &got); err != nil {
-			t.Fatalf("read %d saw a partial file (%d bytes): %v", reads, len(b), err)
-		}
-		if cmp.Diff(small, got) != "" && cmp.Diff(big, got) != "" {
-			t.Fatalf("read %d saw neither version: %+v", reads, got)
-		}
-		reads++
-	}
-}
-
 func TestRemove(t *testing.T) {
 	dir := t.TempDir()
 	e := validEndpoint()

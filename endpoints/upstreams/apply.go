@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/fsutil"
 )
 
 // Errors of Apply a caller may count apart. Both leave the last good files
@@ -100,7 +101,7 @@ func (a *Applier) Apply(ctx context.Context, ups []endpoints.Upstream) (ApplyRes
 		return res, fmt.Errorf("apply %v: %w: %v: %s", res.Changed, ErrReloadFailed, err, bytes.TrimSpace(out))
 	}
 	res.Reloaded = true
-	if err := endpoints.WriteFileAtomic(filepath.Join(a.Dir, stampFile), []byte(digest), 0o644); err != nil {
+	if err := fsutil.WriteFile(filepath.Join(a.Dir, stampFile), []byte(digest), 0o644); err != nil {
 		a.Log.Warn("cannot record applied set; next pass reloads again", "error", err)
 	}
 	a.Log.Info("nginx reloaded", "changed", res.Changed)
@@ -132,7 +133,7 @@ func (a *Applier) writeAll(ups []endpoints.Upstream, priors []prior) error {
 		want[u.File] = u.Bytes
 	}
 	for i, p := range priors {
-		if err := endpoints.WriteFileAtomic(filepath.Join(a.Dir, p.file), want[p.file], 0o644); err != nil {
+		if err := fsutil.WriteFile(filepath.Join(a.Dir, p.file), want[p.file], 0o644); err != nil {
 			a.rollback(priors[:i])
 			return fmt.Errorf("apply: %w", err)
 		}
@@ -146,7 +147,7 @@ func (a *Applier) rollback(priors []prior) {
 		path := filepath.Join(a.Dir, p.file)
 		var err error
 		if p.existed {
-			err = endpoints.WriteFileAtomic(path, p.old, 0o644)
+			err = fsutil.WriteFile(path, p.old, 0o644)
 		} else if err = os.Remove(path); errors.Is(err, fs.ErrNotExist) {
 			err = nil
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/fsutil"
 )
 
 // fencePath is where the highest restart count seen per tier and job is
@@ -47,7 +48,7 @@ func (u *Updater) saveFences(entries []endpoints.Entry) {
 	if err != nil {
 		return
 	}
-	if err := endpoints.WriteFileAtomic(u.fencePath(), append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.WriteFile(u.fencePath(), append(b, '\n'), 0o644); err != nil {
 		u.opts.Log.Warn("cannot save fences", "path", u.fencePath(), "error", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/fsutil"
 )
 
 // Metrics counts what the updater did, for Prometheus. Its zero value is
@@ -103,7 +103,7 @@ func (m *Metrics) WriteTextfile(path string) error {
 	if err := m.WritePrometheus(&b); err != nil {
 		return err
 	}
-	if err := endpoints.WriteFileAtomic(path, b.Bytes(), 0o644); err != nil {
+	if err := fsutil.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write metrics textfile: %w", err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/fsutil"
 )
 
 // Resolver looks up a host name; *net.Resolver implements it.
@@ -132,7 +133,7 @@ func (u *Updater) Pass(ctx context.Context) (Report, error) {
 func (u *Updater) pass(ctx context.Context) (Report, error) {
 	lctx, cancel := context.WithTimeout(ctx, u.cfg.LockTimeout)
 	defer cancel()
-	unlock, err := Lock(lctx, u.cfg.LockFile)
+	unlock, err := fsutil.Lock(lctx, u.cfg.LockFile)
 	if err != nil {
 		return Report{Time: u.opts.Now()}, err
 	}

@@ -227,25 +227,6 @@ func TestPassMissingDirKeepsFiles(t *testing.T) {
 	}
 }
 
-func TestLockExcludes(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sub", "lock")
-	unlock, err := Lock(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if _, err := Lock(ctx, path); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("second Lock while held = %v, want deadline exceeded", err)
-	}
-	unlock()
-	unlock2, err := Lock(context.Background(), path)
-	if err != nil {
-		t.Fatalf("Lock after release: %v", err)
-	}
-	unlock2()
-}
-
 func TestWriteStatus(t *testing.T) {
 	cfg := testConfig(t)
 	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
