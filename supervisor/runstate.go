@@ -27,6 +27,9 @@ type RunState struct {
 	// ended (its failure is provisionally counted).
 	Begun bool `json:"begun"`
 	InRun bool `json:"in_run"`
+	// SawFailure: a process of this run failed (crashed, failed to start or
+	// load) before the run became ready.
+	SawFailure bool `json:"saw_failure,omitempty"`
 	// LastCause is how the last run ended ("" until one ends).
 	LastCause Cause     `json:"last_cause,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -44,7 +47,7 @@ func (s RunState) BeginRun(restartCount int, now time.Time) RunState {
 	if s.Begun && s.RestartCount == restartCount {
 		return s
 	}
-	s.Begun, s.InRun = true, true
+	s.Begun, s.InRun, s.SawFailure = true, true, false
 	s.RestartCount = restartCount
 	s.FailedRuns++
 	s.UpdatedAt = now
@@ -58,11 +61,23 @@ func (s RunState) Ready(now time.Time) RunState {
 	return s
 }
 
+// Failed records that a process of the run failed before the run became
+// ready: ended from outside later, the run still counts as failed (a tier
+// whose head crashes again and again until preempted is in a crash loop).
+func (s RunState) Failed(now time.Time) RunState {
+	if s.InRun && !s.SawFailure {
+		s.SawFailure = true
+		s.UpdatedAt = now
+	}
+	return s
+}
+
 // EndRun records how the run ended. A run ended from outside (preempted,
 // requeued, cancelled, time limit, node lost, shutdown) before it became
-// ready is not the tier's failure: its provisional count is taken back.
+// ready, with no process failure seen, is not the tier's failure: its
+// provisional count is taken back.
 func (s RunState) EndRun(cause Cause, now time.Time) RunState {
-	if s.InRun && externalCause(cause) && s.FailedRuns > 0 {
+	if s.InRun && externalCause(cause) && !s.SawFailure && s.FailedRuns > 0 {
 		s.FailedRuns--
 	}
 	s.InRun = false

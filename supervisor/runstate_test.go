@@ -12,9 +12,10 @@ import (
 // runStep is one thing that happens to a job: a run begins (with its
 // restart count), becomes ready, or ends with a cause.
 type runStep struct {
-	begin int // restart count; -1 for no begin
-	ready bool
-	end   Cause
+	begin  int // restart count; -1 for no begin
+	ready  bool
+	failed bool
+	end    Cause
 }
 
 func TestRunStateSequences(t *testing.T) {
@@ -22,6 +23,7 @@ func TestRunStateSequences(t *testing.T) {
 	begin := func(n int) runStep { return runStep{begin: n} }
 	ready := runStep{begin: -1, ready: true}
 	end := func(c Cause) runStep { return runStep{begin: -1, end: c} }
+	failed := runStep{begin: -1, failed: true}
 	tests := []struct {
 		name        string
 		steps       []runStep
@@ -45,6 +47,14 @@ func TestRunStateSequences(t *testing.T) {
 		{name: "a ready run ends the streak",
 			steps: []runStep{begin(0), end(CauseUnknown), begin(1), end(CauseUnknown), begin(2), ready, end(CauseUnknown)},
 			max:   2, wantFailed: 0, wantRequeue: true},
+		{name: "crashing until preempted is a failed run",
+			steps: []runStep{begin(0), failed, end(CausePreempted), begin(1), failed, failed, end(CauseTimeLimit)},
+			max:   2, wantFailed: 2, wantRequeue: false},
+		{name: "a failure in an earlier run does not count against the next",
+			steps: []runStep{begin(0), failed, end(CausePreempted), begin(1), end(CausePreempted)},
+			max:   2, wantFailed: 1, wantRequeue: true},
+		{name: "a failure after ready changes nothing",
+			steps: []runStep{begin(0), ready, failed, end(CausePreempted)}, max: 1, wantFailed: 0, wantRequeue: true},
 		{name: "no cap",
 			steps: []runStep{begin(0), begin(1), begin(2), begin(3)}, max: 0, wantFailed: 4, wantRequeue: true},
 	}
@@ -57,6 +67,8 @@ func TestRunStateSequences(t *testing.T) {
 					s = s.BeginRun(st.begin, now)
 				case st.ready:
 					s = s.Ready(now)
+				case st.failed:
+					s = s.Failed(now)
 				default:
 					s = s.EndRun(st.end, now)
 				}

@@ -16,11 +16,28 @@ import (
 // classifyTimeout bounds the scontrol call that says why the run ends.
 const classifyTimeout = 5 * time.Second
 
-// notice is one stop notice: a signal to the supervisor itself, or a
-// step's shim reporting that Slurm signalled its step (preemption, cancel).
+// notice is one stop notice: a signal to the supervisor itself, a step's
+// shim reporting that Slurm signalled its step (preemption, cancel), or the
+// periodic look at the job (jobPoll) seeing it end.
 type notice struct {
-	// signal is "SIGTERM", "SIGINT", "SIGUSR1", or "" for a shim's report.
+	// signal is "SIGTERM", "SIGINT", "SIGUSR1", or "" for a shim's report
+	// or the poll's.
 	signal string
+	// polled: the notice comes from the periodic scontrol check; why says
+	// what it saw.
+	polled bool
+	why    string
+}
+
+// source names where a notice came from, for the log.
+func (n notice) source() string {
+	switch {
+	case n.signal != "":
+		return "signal"
+	case n.polled:
+		return "scontrol"
+	}
+	return "shim"
 }
 
 // stopper turns notices into stop requests: the first asks for an ordered
@@ -46,7 +63,7 @@ func (s *stopper) handle(ctx context.Context, n notice) {
 	}
 	again := n.signal != "" && s.signals > 1
 	s.mu.Unlock()
-	s.log.Info("stop notice", "signal", n.signal, "from_shim", n.signal == "")
+	s.log.Info("stop notice", "from", n.source(), "signal", n.signal, "seen", n.why)
 	switch {
 	case again:
 		s.runner.Stop(supervisor.StopRequest{Reason: supervisor.ReasonShutdown, SkipDrain: true})
@@ -73,15 +90,55 @@ func (s *stopper) after() (supervisor.NoticeDecision, bool) {
 	return *s.decision, true
 }
 
+// classifyRetry is how often, and how many times, Slurm is asked again
+// when its answer explains no stop yet (a step's SIGTERM can come a moment
+// before the job shows why).
+const (
+	classifyRetry    = 300 * time.Millisecond
+	classifyAttempts = 5
+)
+
 // slurmClassifier asks Slurm about the job and classifies the notice.
 func slurmClassifier(client *slurm.Client, alloc slurm.Allocation) func(context.Context, notice) supervisor.NoticeDecision {
+	show := func(ctx context.Context) (slurm.JobInfo, error) { return client.ShowJob(ctx, alloc.JobID) }
+	return classifier(show, alloc.RestartCount, classifyRetry)
+}
+
+// classifier classifies a notice from the job's state, asking again while
+// the answer is CauseUnknown with the job known.
+func classifier(show func(context.Context) (slurm.JobInfo, error), runRestarts int, retry time.Duration) func(context.Context, notice) supervisor.NoticeDecision {
 	return func(ctx context.Context, n notice) supervisor.NoticeDecision {
-		f := supervisor.NoticeFacts{Signal: n.signal, ShimSignal: n.signal == "", RunRestarts: alloc.RestartCount}
-		if info, err := client.ShowJob(ctx, alloc.JobID); err == nil {
-			f.JobKnown, f.JobState, f.Reason = true, string(info.State), info.Reason
-			f.Preempted, f.Restarts, f.Requeueable = !info.PreemptTime.IsZero(), info.Restarts, info.Requeue
+		var d supervisor.NoticeDecision
+		for i := 0; i < classifyAttempts; i++ {
+			f := noticeFacts(ctx, show, n, runRestarts)
+			d = supervisor.ClassifyNotice(f)
+			if d.Cause != supervisor.CauseUnknown || !f.JobKnown || !sleepCtx(ctx, retry) {
+				break
+			}
 		}
-		return supervisor.ClassifyNotice(f)
+		return d
+	}
+}
+
+// noticeFacts gathers the facts ClassifyNotice decides on.
+func noticeFacts(ctx context.Context, show func(context.Context) (slurm.JobInfo, error), n notice, runRestarts int) supervisor.NoticeFacts {
+	f := supervisor.NoticeFacts{Signal: n.signal, ShimSignal: n.signal == "" && !n.polled, RunRestarts: runRestarts}
+	if info, err := show(ctx); err == nil {
+		f.JobKnown, f.JobState, f.Reason = true, string(info.State), info.Reason
+		f.Preempted, f.Restarts, f.Requeueable = !info.PreemptTime.IsZero(), info.Restarts, info.Requeue
+	}
+	return f
+}
+
+// sleepCtx waits d; false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

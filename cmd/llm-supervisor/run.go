@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -42,6 +43,11 @@ func parseRunArgs(args []string, stderr io.Writer) (runOptions, error) {
 // runRun is the run subcommand: supervise the tier until an ordered stop
 // or until it gives up. It returns the exit code.
 func runRun(args []string, stderr io.Writer) int {
+	// Catch the stop signals first: one that arrives while the tier is
+	// being planned is handled once the runner exists, not fatal.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
+	defer signal.Stop(sigs)
 	o, err := parseRunArgs(args, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "llm-supervisor run: %v\n", err)
@@ -63,6 +69,13 @@ func runRun(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	log = log.With("tier", cfg.Tier, "job", alloc.JobID)
+	return supervise(cfg, alloc, sigs, log)
+}
+
+// supervise runs the tier of cfg in the job alloc: notices (signals, shim
+// markers, the periodic job check) become an ordered stop, and what the
+// notice's cause asks for follows it.
+func supervise(cfg *supervisor.Config, alloc slurm.Allocation, sigs <-chan os.Signal, log hclog.Logger) int {
 	client := &slurm.Client{}
 	notices := make(chan notice, 1)
 	runner, runs, err := newRunner(cfg, alloc, client, notices, log)
@@ -73,25 +86,38 @@ func runRun(args []string, stderr io.Writer) int {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	st := &stopper{runner: runner, classify: slurmClassifier(client, alloc), log: log}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
-	defer signal.Stop(sigs)
-	readerCtx, stopReader := context.WithCancel(ctx)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		readNotices(readerCtx, sigs, notices, st)
-	}()
+	tick := time.NewTicker(jobPollEvery)
+	defer tick.Stop()
+	poll := jobPoll{show: func(ctx context.Context) (slurm.JobInfo, error) { return client.ShowJob(ctx, alloc.JobID) },
+		runRestarts: alloc.RestartCount, tick: tick.C, log: log}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := watchNotices(watchCtx, sigs, notices, st, poll)
 	err = runner.Run(ctx)
-	stopReader()
-	<-readerDone // afterDrain reads the signals from here on
+	stopWatch()
+	<-watchDone // afterDrain reads the signals from here on
 	if err != nil {
 		// The runner logged the one "gave up" line with its reason.
 		runs.end(supervisor.CauseUnknown)
 		return exitGaveUp
 	}
-	afterDrain(ctx, st, runs, cfg.Drain.MaxFailedRuns, client, alloc, sigs, log)
-	return exitOK
+	return afterDrain(ctx, st, runs, cfg.Drain.MaxFailedRuns, client, alloc, sigs, log)
+}
+
+// watchNotices hands every notice to the stopper until ctx ends; the
+// returned channel closes once its goroutines are gone.
+func watchNotices(ctx context.Context, sigs <-chan os.Signal, notices chan notice, st *stopper, poll jobPoll) <-chan struct{} {
+	done := make(chan struct{})
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		poll.run(ctx, notices)
+	}()
+	go func() {
+		defer close(done)
+		readNotices(ctx, sigs, notices, st)
+		<-pollDone
+	}()
+	return done
 }
 
 // readNotices hands every signal and shim notice to the stopper, in order.
@@ -108,34 +134,46 @@ func readNotices(ctx context.Context, sigs <-chan os.Signal, shims <-chan notice
 	}
 }
 
+// jobControl is what afterDrain needs of Slurm (slurm.Client).
+type jobControl interface {
+	ShowJob(ctx context.Context, id string) (slurm.JobInfo, error)
+	Requeue(ctx context.Context, id string) error
+}
+
 // afterDrain does what the notice's classification says follows the
-// drain: requeue the job, wait for Slurm's own SIGTERM (a preempted batch
-// script that exits early is never requeued), or just exit.
-func afterDrain(ctx context.Context, st *stopper, runs *runRecord, maxFailedRuns int, client *slurm.Client,
-	alloc slurm.Allocation, sigs <-chan os.Signal, log hclog.Logger) {
+// drain, and returns the exit code: requeue the job (only once every
+// process is stopped, and exit only once Slurm shows it requeued), wait
+// for Slurm's own SIGTERM (a preempted batch script that exits early is
+// never requeued), or just exit.
+func afterDrain(ctx context.Context, st *stopper, runs *runRecord, maxFailedRuns int, jobs jobControl,
+	alloc slurm.Allocation, sigs <-chan os.Signal, log hclog.Logger) int {
 	d, ok := st.after()
 	if !ok {
 		runs.end(supervisor.CauseShutdown)
-		return
+		return exitOK
 	}
 	state := runs.end(d.Cause)
 	switch d.After {
 	case supervisor.AfterRequeue:
 		if ok, why := supervisor.ShouldRequeue(state, maxFailedRuns); !ok {
-			log.Error("not requeueing the job", "reason", why)
-			return
+			log.Error("not requeueing the job: the tier keeps failing to become ready", "reason", why)
+			return exitGaveUp
 		}
-		rctx, cancel := context.WithTimeout(ctx, classifyTimeout)
-		defer cancel()
-		if err := client.Requeue(rctx, alloc.JobID); err != nil {
-			log.Error("cannot requeue the job", "error", err)
-			return
+		if err := requeueJob(ctx, jobs, alloc, requeueRetry, log); err != nil {
+			log.Error("cannot requeue the job: waiting for Slurm to end or requeue it", "error", err)
+			waitSignal(sigs, log)
 		}
-		log.Info("job requeued")
 	case supervisor.AfterWait:
 		log.Info("waiting for Slurm to end the job")
-		<-sigs
+		waitSignal(sigs, log)
 	}
+	return exitOK
+}
+
+// waitSignal blocks until Slurm's next signal.
+func waitSignal(sigs <-chan os.Signal, log hclog.Logger) {
+	sig := <-sigs
+	log.Info("signal: exiting", "signal", signalName(sig))
 }
 
 // newRunner plans the tier for the allocation and builds its runner with
@@ -186,6 +224,7 @@ func srunLauncher(plan *supervisor.Plan, client *slurm.Client, notices chan<- no
 		CancelStep: client.Cancel,
 		Shim:       []string{self, "shim"},
 		ShimGrace:  plan.Timeouts.StopGrace,
+		ShimHold:   shimHold(plan),
 		OnShimEvent: func(p supervisor.Process, ev shim.Event) {
 			if ev.Kind != shim.EventSignal {
 				return
@@ -196,4 +235,13 @@ func srunLauncher(plan *supervisor.Plan, client *slurm.Client, notices chan<- no
 			}
 		},
 	}, nil
+}
+
+// shimHold is how long a step's shim holds its child through Slurm's
+// SIGTERM when the supervisor never says stop (it hung or died): the drain
+// budget minus the child's stop grace, so that even then every process is
+// gone within the budget, before Slurm's own end of the grace.
+func shimHold(plan *supervisor.Plan) time.Duration {
+	// Config validation keeps the budget above twice the grace: positive.
+	return plan.Drain.Budget - plan.Timeouts.StopGrace
 }

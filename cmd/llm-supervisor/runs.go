@@ -38,9 +38,11 @@ func beginRun(path, tier, jobID string, restartCount int, log hclog.Logger) *run
 	return r
 }
 
-// observe is a runner Observer: the first ready state ends the failure streak.
+// observe is a runner Observer: the first ready state ends the failure
+// streak; a failure before it (recovering, gave up) makes the run count as
+// failed however it ends.
 func (r *runRecord) observe(e supervisor.Event) {
-	if e.Kind != supervisor.EventState || e.State != supervisor.StateReady {
+	if e.Kind != supervisor.EventState {
 		return
 	}
 	r.mu.Lock()
@@ -48,8 +50,18 @@ func (r *runRecord) observe(e supervisor.Event) {
 	if r.ready {
 		return
 	}
-	r.ready = true
-	r.state = r.state.Ready(r.now())
+	switch e.State {
+	case supervisor.StateReady:
+		r.ready = true
+		r.state = r.state.Ready(r.now())
+	case supervisor.StateRecovering, supervisor.StateFailed:
+		if r.state.SawFailure {
+			return
+		}
+		r.state = r.state.Failed(r.now())
+	default:
+		return
+	}
 	r.saveLocked()
 }
 

@@ -13,9 +13,11 @@ func TestRunRecord(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t-7.state")
 	log := hclog.NewNullLogger()
 	ready := supervisor.Event{Kind: supervisor.EventState, State: supervisor.StateReady}
+	recovering := supervisor.Event{Kind: supervisor.EventState, State: supervisor.StateRecovering}
 	tests := []struct {
 		name      string
 		ready     bool
+		crashed   bool
 		cause     supervisor.Cause
 		wantFails int
 	}{
@@ -23,6 +25,9 @@ func TestRunRecord(t *testing.T) {
 		{name: "run 1 never ready, gave up", cause: supervisor.CauseUnknown, wantFails: 2},
 		{name: "run 2 never ready, preempted: not its fault", cause: supervisor.CausePreempted, wantFails: 2},
 		{name: "run 3 ready ends the streak", ready: true, cause: supervisor.CausePreempted, wantFails: 0},
+		{name: "run 4 crashing until preempted counts", crashed: true, cause: supervisor.CausePreempted, wantFails: 1},
+		{name: "run 5 crashing until the time limit counts", crashed: true, cause: supervisor.CauseTimeLimit, wantFails: 2},
+		{name: "run 6 ready, then a crash, ends the streak", ready: true, crashed: true, cause: supervisor.CausePreempted, wantFails: 0},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -30,6 +35,10 @@ func TestRunRecord(t *testing.T) {
 			if tt.ready {
 				r.observe(ready)
 				r.observe(ready)
+			}
+			if tt.crashed {
+				r.observe(recovering)
+				r.observe(recovering)
 			}
 			got := r.end(tt.cause)
 			saved, err := supervisor.LoadRunState(path)
