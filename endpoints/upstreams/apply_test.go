@@ -3,8 +3,10 @@ package upstreams
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,7 +92,7 @@ func TestApply(t *testing.T) {
 			a := &Applier{Dir: dir, Test: []string{"nginx", "-t"}, Reload: []string{"nginx", "-s", "reload"}, Runner: f, Log: hclog.NewNullLogger()}
 			if tt.before != nil {
 				var prev []endpoints.Upstream
-				for _, name := range sortedKeys(tt.before) {
+				for _, name := range slices.Sorted(maps.Keys(tt.before)) {
 					prev = append(prev, endpoints.Upstream{File: name, Bytes: []byte(tt.before[name])})
 				}
 				if _, err := a.Apply(context.Background(), prev); err != nil {

@@ -9,11 +9,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -217,7 +218,7 @@ func (c *Config) validateTiers() []error {
 		errs = append(errs, errors.New("tiers: want at least one [tiers.<name>] table"))
 	}
 	seen := map[string]string{}
-	for _, name := range sortedKeys(c.Tiers) {
+	for _, name := range slices.Sorted(maps.Keys(c.Tiers)) {
 		if err := endpoints.CheckTier(name); err != nil {
 			errs = append(errs, fmt.Errorf("tiers: %w", err))
 			continue
@@ -238,7 +239,7 @@ func (c *Config) validateTiers() []error {
 // TierSpecs returns the configured tiers sorted by name, for Render.
 func (c *Config) TierSpecs() []endpoints.TierSpec {
 	var out []endpoints.TierSpec
-	for _, name := range sortedKeys(c.Tiers) {
+	for _, name := range slices.Sorted(maps.Keys(c.Tiers)) {
 		out = append(out, endpoints.TierSpec{Name: name, Backup: c.Tiers[name].Backup})
 	}
 	return out
@@ -263,14 +264,4 @@ func resolveOwners(owners []string) ([]uint32, error) {
 		uids = append(uids, uint32(n))
 	}
 	return uids, nil
-}
-
-// sortedKeys returns the keys of m in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -90,7 +92,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	gauge("llm_upstreams_last_good_apply_timestamp_seconds", "When a pass last left nginx in sync with the endpoints.", last)
 	name := "llm_upstreams_endpoints"
 	fmt.Fprintf(&b, "# HELP %s Servers routed per tier (a backup tier's servers count for the tier they serve).\n# TYPE %s gauge\n", name, name)
-	for _, tier := range sortedKeys(m.servers) {
+	for _, tier := range slices.Sorted(maps.Keys(m.servers)) {
 		fmt.Fprintf(&b, "%s{tier=%q} %d\n", name, tier, m.servers[tier])
 	}
 	_, err := w.Write(b.Bytes())
