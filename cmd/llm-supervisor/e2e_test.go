@@ -57,9 +57,20 @@ func TestE2EDistributedTier(t *testing.T) {
 	t.Logf("supervisor log:\n%s", tr.log())
 }
 
+// e2eOptions vary the tier: head arguments added to the fake's (TOML
+// strings, e.g. `"--fake-load-time", "20s"`) and TOML sections appended
+// to the config.
+type e2eOptions struct {
+	headArgs []string
+	extra    string
+}
+
 // setupE2E builds the binaries into a fresh world-readable temp dir and
 // writes the tier config and the batch script.
-func setupE2E(t testing.TB) *e2eTier {
+func setupE2E(t testing.TB) *e2eTier { return setupE2EWith(t, e2eOptions{}) }
+
+// setupE2EWith is setupE2E with options.
+func setupE2EWith(t testing.TB, o e2eOptions) *e2eTier {
 	if os.Geteuid() != 0 {
 		t.Skip("e2e: needs root and the local cluster (scripts/slurm-cluster.sh up)")
 	}
@@ -79,7 +90,12 @@ func setupE2E(t testing.TB) *e2eTier {
 	tr.headPort = e2eFreePort(t)
 	workerPort := e2eFreePortPair(t)
 	tr.workerPort = workerPort
-	e2eWriteFile(t, filepath.Join(dir, "tier.toml"), fmt.Sprintf(e2eConfig, tr.endpointDir, dir, dir, tr.headPort, dir, workerPort))
+	head := ""
+	for _, a := range o.headArgs {
+		head += fmt.Sprintf(", %q", a)
+	}
+	e2eWriteFile(t, filepath.Join(dir, "tier.toml"),
+		fmt.Sprintf(e2eConfig, tr.endpointDir, dir, dir, head, tr.headPort, dir, workerPort)+o.extra)
 	e2eWriteFile(t, filepath.Join(dir, "job.sh"), fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml --log-level debug\n", dir, dir))
 	t.Cleanup(func() { tr.cleanup(t) })
 	return tr
@@ -95,7 +111,7 @@ min_workers = 2
 
 [head]
 command = ["%s/fake-llama", "server", "--host", "{addr}", "--port", "{port}", "--rpc", "{rpc}",
-           "-m", "/models/e2e.gguf", "--metrics", "--fake-load-time", "300ms"]
+           "-m", "/models/e2e.gguf", "--metrics", "--fake-load-time", "300ms"%s]
 port = %d
 
 [worker]
@@ -160,7 +176,7 @@ func e2eFreePortPair(t testing.TB) int {
 // submit sbatches the tier on the three nodes and waits until it runs.
 func (tr *e2eTier) submit(t testing.TB) {
 	out, err := exec.Command("sbatch", "--parsable", "-N3", "-w", "node[1-3]", "-p", "gpu_ai", "--job-name=e2e-supervisor",
-		"--output="+tr.jobOut, filepath.Join(tr.dir, "job.sh")).CombinedOutput()
+		"--requeue", "--open-mode=append", "--output="+tr.jobOut, filepath.Join(tr.dir, "job.sh")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("sbatch: %v %s", err, out)
 	}
