@@ -135,6 +135,11 @@ func SaveRunState(path string, s RunState) (err error) {
 	if err != nil {
 		return fmt.Errorf("encode run state: %w", err)
 	}
+	// The log directory may not exist yet: the state is saved before any
+	// process writes a log.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("save run state %s: %w", path, err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("save run state %s: %w", path, err)

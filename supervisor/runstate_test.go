@@ -83,7 +83,7 @@ func TestRunStateSequences(t *testing.T) {
 }
 
 func TestRunStateSaveLoad(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "logs") // not created yet: Save makes it
 	path := RunStatePath(dir, "reasoning", "42")
 	if want := filepath.Join(dir, "reasoning-42.state"); path != want {
 		t.Fatalf("RunStatePath = %q, want %q", path, want)
