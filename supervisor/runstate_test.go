@@ -137,8 +137,12 @@ func TestLoadRunStateRejects(t *testing.T) {
 }
 
 func TestSaveRunStateUnwritableDir(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "missing-dir", "x.state")
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(file, "x.state") // its directory cannot be made
 	if err := SaveRunState(path, RunState{}); err == nil {
-		t.Errorf("SaveRunState into a missing directory succeeded")
+		t.Errorf("SaveRunState under a regular file succeeded")
 	}
 }
