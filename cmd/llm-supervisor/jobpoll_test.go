@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +90,7 @@ func TestClassifierRetriesUnknown(t *testing.T) {
 
 // fakeJobs is a jobControl whose requeue takes effect after failing n times.
 type fakeJobs struct {
+	state        slurm.JobState
 	failRequeues int
 	requeues     int
 	restarts     int
@@ -103,7 +106,11 @@ func (f *fakeJobs) Requeue(context.Context, string) error {
 }
 
 func (f *fakeJobs) ShowJob(context.Context, string) (slurm.JobInfo, error) {
-	return slurm.JobInfo{State: slurm.JobRunning, Restarts: f.restarts}, nil
+	state := f.state
+	if state == "" {
+		state = slurm.JobRunning
+	}
+	return slurm.JobInfo{State: state, Restarts: f.restarts}, nil
 }
 
 func TestRequeueJob(t *testing.T) {
@@ -123,6 +130,38 @@ func TestRequeueJob(t *testing.T) {
 			err := requeueJob(context.Background(), jobs, slurm.Allocation{JobID: "7"}, time.Millisecond, hclog.NewNullLogger())
 			if (err != nil) != tt.wantErr || jobs.requeues != tt.wantRequeues {
 				t.Errorf("requeueJob = %v after %d requeues; want error %v after %d", err, jobs.requeues, tt.wantErr, tt.wantRequeues)
+			}
+		})
+	}
+}
+
+// A supervisor waiting for Slurm leaves on a signal, or once the job shows
+// Slurm ending it (its SIGTERM may have been taken as the notice already).
+func TestWaitForSlurm(t *testing.T) {
+	tests := []struct {
+		name   string
+		jobs   *fakeJobs
+		signal bool
+	}{
+		{name: "job completing", jobs: &fakeJobs{state: "COMPLETING"}},
+		{name: "job requeued", jobs: &fakeJobs{restarts: 1}},
+		{name: "signal while running", jobs: &fakeJobs{}, signal: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sigs := make(chan os.Signal, 1)
+			if tt.signal {
+				sigs <- syscall.SIGTERM
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				waitForSlurm(context.Background(), tt.jobs, slurm.Allocation{JobID: "7"}, sigs, time.Millisecond, hclog.NewNullLogger())
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("waitForSlurm did not return")
 			}
 		})
 	}

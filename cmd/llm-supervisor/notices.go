@@ -105,14 +105,15 @@ func slurmClassifier(client *slurm.Client, alloc slurm.Allocation) func(context.
 }
 
 // classifier classifies a notice from the job's state, asking again while
-// the answer is CauseUnknown with the job known.
+// the answer is CauseUnknown: Slurm may not show why yet, or scontrol
+// failed (at scancel, Slurm's SIGTERM reaches every process of the batch
+// step, an scontrol just started by the supervisor included).
 func classifier(show func(context.Context) (slurm.JobInfo, error), runRestarts int, retry time.Duration) func(context.Context, notice) supervisor.NoticeDecision {
 	return func(ctx context.Context, n notice) supervisor.NoticeDecision {
 		var d supervisor.NoticeDecision
 		for i := 0; i < classifyAttempts; i++ {
-			f := noticeFacts(ctx, show, n, runRestarts)
-			d = supervisor.ClassifyNotice(f)
-			if d.Cause != supervisor.CauseUnknown || !f.JobKnown || !sleepCtx(ctx, retry) {
+			d = supervisor.ClassifyNotice(noticeFacts(ctx, show, n, runRestarts))
+			if d.Cause != supervisor.CauseUnknown || !sleepCtx(ctx, retry) {
 				break
 			}
 		}

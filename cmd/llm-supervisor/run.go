@@ -120,16 +120,20 @@ func watchNotices(ctx context.Context, sigs <-chan os.Signal, notices chan notic
 	return done
 }
 
-// readNotices hands every signal and shim notice to the stopper, in order.
+// readNotices hands every signal and shim notice to the stopper, in order,
+// until ctx ends. A classification under way when ctx ends is finished (it
+// has its own timeout): what follows the drain depends on it, and the
+// drain can end within milliseconds of the notice.
 func readNotices(ctx context.Context, sigs <-chan os.Signal, shims <-chan notice, st *stopper) {
+	hctx := context.WithoutCancel(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case sig := <-sigs:
-			st.handle(ctx, notice{signal: signalName(sig)})
+			st.handle(hctx, notice{signal: signalName(sig)})
 		case n := <-shims:
-			st.handle(ctx, n)
+			st.handle(hctx, n)
 		}
 	}
 }
@@ -161,19 +165,40 @@ func afterDrain(ctx context.Context, st *stopper, runs *runRecord, maxFailedRuns
 		}
 		if err := requeueJob(ctx, jobs, alloc, requeueRetry, log); err != nil {
 			log.Error("cannot requeue the job: waiting for Slurm to end or requeue it", "error", err)
-			waitSignal(sigs, log)
+			waitForSlurm(ctx, jobs, alloc, sigs, waitPoll, log)
 		}
 	case supervisor.AfterWait:
 		log.Info("waiting for Slurm to end the job")
-		waitSignal(sigs, log)
+		waitForSlurm(ctx, jobs, alloc, sigs, waitPoll, log)
 	}
 	return exitOK
 }
 
-// waitSignal blocks until Slurm's next signal.
-func waitSignal(sigs <-chan os.Signal, log hclog.Logger) {
-	sig := <-sigs
-	log.Info("signal: exiting", "signal", signalName(sig))
+// waitPoll is how often a supervisor waiting for Slurm looks at its job.
+const waitPoll = time.Second
+
+// waitForSlurm blocks until Slurm's next signal, or until the job shows it
+// is ending or requeued (its SIGTERM may have come already, as a notice).
+func waitForSlurm(ctx context.Context, jobs jobControl, alloc slurm.Allocation, sigs <-chan os.Signal, every time.Duration, log hclog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case sig := <-sigs:
+			log.Info("signal: exiting", "signal", signalName(sig))
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, jobPollTimeout)
+		info, err := jobs.ShowJob(cctx, alloc.JobID)
+		cancel()
+		if err == nil && (info.State != slurm.JobRunning || info.Restarts > alloc.RestartCount) {
+			log.Info("Slurm is ending the job: exiting", "state", info.State, "restarts", info.Restarts)
+			return
+		}
+	}
 }
 
 // newRunner plans the tier for the allocation and builds its runner with
