@@ -220,31 +220,37 @@ func (p *preemptor) startedAt(t testing.TB) time.Time {
 // stopTimes are the moments a stop watcher saw.
 type stopTimes struct{ draining, headGone time.Time }
 
-// stopWatcher polls the endpoint file and the head process every 5 ms, and
-// the job's PreemptTime every 200 ms, until the head is gone.
+// stopWatcher polls the endpoint file and the head process every 5 ms
+// until the head is gone, and the job every 50 ms until it shows its
+// PreemptTime (shown only until the requeue) or its requeue.
 type stopWatcher struct {
 	done    chan stopTimes
-	mu      sync.Mutex
-	preempt time.Time
+	found   chan struct{}
+	preempt time.Time // written before found closes
 }
 
 func (tr *e2eTier) watchStop(head int) *stopWatcher {
-	w := &stopWatcher{done: make(chan stopTimes, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
+	w := &stopWatcher{done: make(chan stopTimes, 1), found: make(chan struct{})}
 	go func() {
+		defer close(w.found)
 		client := &slurm.Client{}
-		for ctx.Err() == nil {
-			if j, err := client.ShowJob(ctx, tr.jobID); err == nil && !j.PreemptTime.IsZero() {
-				w.mu.Lock()
+		restarts := -1
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			j, err := client.ShowJob(context.Background(), tr.jobID)
+			if err != nil {
+				continue
+			}
+			if !j.PreemptTime.IsZero() {
 				w.preempt = j.PreemptTime
-				w.mu.Unlock()
 				return
 			}
-			time.Sleep(200 * time.Millisecond)
+			if restarts >= 0 && j.Restarts > restarts {
+				return
+			}
+			restarts = j.Restarts
 		}
 	}()
 	go func() {
-		defer cancel()
 		var st stopTimes
 		for {
 			now := time.Now()
@@ -276,9 +282,10 @@ func (w *stopWatcher) wait(t testing.TB, d time.Duration) stopTimes {
 	}
 }
 
+// preemptTime waits for the job watch to end and returns the PreemptTime
+// it saw (whole seconds), zero if it saw none.
 func (w *stopWatcher) preemptTime() time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	<-w.found
 	return w.preempt
 }
 
