@@ -81,7 +81,7 @@ func TestClassifierRetriesUnknown(t *testing.T) {
 		calls++
 		return infos[min(calls, len(infos))-1], nil
 	}
-	d := classifier(show, 0, time.Millisecond)(context.Background(), notice{})
+	d := classifier(show, nil, 0, time.Millisecond)(context.Background(), notice{})
 	want := supervisor.NoticeDecision{Cause: supervisor.CausePreempted, After: supervisor.AfterRequeue, Why: "PreemptTime is set"}
 	if diff := cmp.Diff(want, d); diff != "" || calls != 2 {
 		t.Errorf("decision (-want +got):\n%s\ncalls %d, want 2", diff, calls)
@@ -164,5 +164,17 @@ func TestWaitForSlurm(t *testing.T) {
 				t.Fatal("waitForSlurm did not return")
 			}
 		})
+	}
+}
+
+// A stop notice while a node of the job is down is a lost node.
+func TestClassifierNodeDown(t *testing.T) {
+	show := func(context.Context) (slurm.JobInfo, error) {
+		return slurm.JobInfo{State: slurm.JobRunning, Requeue: true}, nil
+	}
+	down := func(context.Context) (bool, error) { return true, nil }
+	d := classifier(show, down, 0, time.Millisecond)(context.Background(), notice{})
+	if d.Cause != supervisor.CauseNodeLost || d.After != supervisor.AfterRequeue {
+		t.Errorf("decision = %+v, want node lost, requeue", d)
 	}
 }

@@ -101,18 +101,20 @@ const (
 // slurmClassifier asks Slurm about the job and classifies the notice.
 func slurmClassifier(client *slurm.Client, alloc slurm.Allocation) func(context.Context, notice) supervisor.NoticeDecision {
 	show := func(ctx context.Context) (slurm.JobInfo, error) { return client.ShowJob(ctx, alloc.JobID) }
-	return classifier(show, alloc.RestartCount, classifyRetry)
+	down := func(ctx context.Context) (bool, error) { return nodesDown(ctx, alloc.Nodes) }
+	return classifier(show, down, alloc.RestartCount, classifyRetry)
 }
 
 // classifier classifies a notice from the job's state, asking again while
 // the answer is CauseUnknown: Slurm may not show why yet, or scontrol
 // failed (at scancel, Slurm's SIGTERM reaches every process of the batch
 // step, an scontrol just started by the supervisor included).
-func classifier(show func(context.Context) (slurm.JobInfo, error), runRestarts int, retry time.Duration) func(context.Context, notice) supervisor.NoticeDecision {
+func classifier(show func(context.Context) (slurm.JobInfo, error), down func(context.Context) (bool, error),
+	runRestarts int, retry time.Duration) func(context.Context, notice) supervisor.NoticeDecision {
 	return func(ctx context.Context, n notice) supervisor.NoticeDecision {
 		var d supervisor.NoticeDecision
 		for i := 0; i < classifyAttempts; i++ {
-			d = supervisor.ClassifyNotice(noticeFacts(ctx, show, n, runRestarts))
+			d = supervisor.ClassifyNotice(noticeFacts(ctx, show, down, n, runRestarts))
 			if d.Cause != supervisor.CauseUnknown || !sleepCtx(ctx, retry) {
 				break
 			}
@@ -121,12 +123,20 @@ func classifier(show func(context.Context) (slurm.JobInfo, error), runRestarts i
 	}
 }
 
-// noticeFacts gathers the facts ClassifyNotice decides on.
-func noticeFacts(ctx context.Context, show func(context.Context) (slurm.JobInfo, error), n notice, runRestarts int) supervisor.NoticeFacts {
+// noticeFacts gathers the facts ClassifyNotice decides on. Node states are
+// asked for only when the job is running and not preempted: nothing else
+// explains the notice then. down may be nil.
+func noticeFacts(ctx context.Context, show func(context.Context) (slurm.JobInfo, error), down func(context.Context) (bool, error),
+	n notice, runRestarts int) supervisor.NoticeFacts {
 	f := supervisor.NoticeFacts{Signal: n.signal, ShimSignal: n.signal == "" && !n.polled, RunRestarts: runRestarts}
-	if info, err := show(ctx); err == nil {
-		f.JobKnown, f.JobState, f.Reason = true, string(info.State), info.Reason
-		f.Preempted, f.Restarts, f.Requeueable = !info.PreemptTime.IsZero(), info.Restarts, info.Requeue
+	info, err := show(ctx)
+	if err != nil {
+		return f
+	}
+	f.JobKnown, f.JobState, f.Reason = true, string(info.State), info.Reason
+	f.Preempted, f.Restarts, f.Requeueable = !info.PreemptTime.IsZero(), info.Restarts, info.Requeue
+	if down != nil && info.State == slurm.JobRunning && !f.Preempted {
+		f.NodeDown, _ = down(ctx) // unknown node states are not a lost node
 	}
 	return f
 }
