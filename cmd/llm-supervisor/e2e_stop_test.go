@@ -174,6 +174,26 @@ func TestE2ECrashLoopCap(t *testing.T) {
 	tr.wantLog(t, "not requeueing the job", "2 consecutive runs failed to become ready (max_failed_runs 2)")
 }
 
+// TestE2EPreemptNoticedByPoll: preempted while no step runs (the head of a
+// single tier failed and waits out a long backoff), nothing is signalled;
+// the periodic scontrol check notices, and the job is requeued well inside
+// the grace.
+func TestE2EPreemptNoticedByPoll(t *testing.T) {
+	tr := setupE2EWith(t, e2eOptions{single: true, headArgs: []string{"--fake-fail-start"},
+		extra: "\n[restart]\ninitial_backoff = \"5m\"\nmax_backoff = \"5m\"\n"})
+	tr.submit(t)
+	e2eWaitFor(t, "the head to fail", 60*time.Second, func() bool { return strings.Contains(tr.log(), "restart scheduled") })
+	pre := preempt(t, tr.dir)
+	tr.waitRequeued(t, 1)
+	started := pre.startedAt(t)
+	t.Logf("preemptor started %v after it was submitted", started.Sub(pre.submitted))
+	if started.Sub(pre.submitted) >= gpuAIGrace {
+		t.Errorf("preemptor started %v after it was submitted: not before the grace would have ended", started.Sub(pre.submitted))
+	}
+	e2eWaitFor(t, "every process to end", 30*time.Second, func() bool { return len(tr.leftovers()) == 0 })
+	tr.wantLog(t, "stop notice: job="+tr.jobID+" tier=e2e from=scontrol", "cause=preempted", "job requeued")
+}
+
 // preemptor is a high-priority job that takes all three nodes.
 type preemptor struct {
 	id, startFile string

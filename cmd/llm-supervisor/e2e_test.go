@@ -31,6 +31,7 @@ type e2eTier struct {
 	dir, endpointDir, jobOut string
 	headPort, workerPort     int
 	jobID                    string
+	nodes                    []string // sbatch -N and -w
 }
 
 func TestE2EDistributedTier(t *testing.T) {
@@ -63,6 +64,9 @@ func TestE2EDistributedTier(t *testing.T) {
 type e2eOptions struct {
 	headArgs []string
 	extra    string
+	// single: a single tier (the head alone) on node1, with extra giving
+	// its [restart] section.
+	single bool
 }
 
 // setupE2E builds the binaries into a fresh world-readable temp dir and
@@ -83,7 +87,8 @@ func setupE2EWith(t testing.TB, o e2eOptions) *e2eTier {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tr := &e2eTier{dir: dir, endpointDir: filepath.Join(dir, "endpoints"), jobOut: filepath.Join(dir, "job.out")}
+	tr := &e2eTier{dir: dir, endpointDir: filepath.Join(dir, "endpoints"), jobOut: filepath.Join(dir, "job.out"),
+		nodes: []string{"-N3", "-w", "node[1-3]"}}
 	os.MkdirAll(tr.endpointDir, 0o755)
 	e2eBuild(t, filepath.Join(dir, "llm-supervisor"), "slurm-llm/cmd/llm-supervisor")
 	e2eBuild(t, filepath.Join(dir, "fake-llama"), "slurm-llm/cmd/fake-llama")
@@ -94,12 +99,36 @@ func setupE2EWith(t testing.TB, o e2eOptions) *e2eTier {
 	for _, a := range o.headArgs {
 		head += fmt.Sprintf(", %q", a)
 	}
-	e2eWriteFile(t, filepath.Join(dir, "tier.toml"),
-		fmt.Sprintf(e2eConfig, tr.endpointDir, dir, dir, head, tr.headPort, dir, workerPort)+o.extra)
+	config := fmt.Sprintf(e2eConfig, tr.endpointDir, dir, dir, head, tr.headPort, dir, workerPort)
+	if o.single {
+		config = fmt.Sprintf(e2eSingleConfig, tr.endpointDir, dir, dir, head, tr.headPort)
+		tr.nodes = []string{"-N1", "-w", "node1"}
+	}
+	e2eWriteFile(t, filepath.Join(dir, "tier.toml"), config+o.extra)
 	e2eWriteFile(t, filepath.Join(dir, "job.sh"), fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml --log-level debug\n", dir, dir))
 	t.Cleanup(func() { tr.cleanup(t) })
 	return tr
 }
+
+const e2eSingleConfig = `
+tier = "e2e"
+kind = "single"
+endpoint_dir = %q
+log_dir = "%s/logs"
+node_address = "slurm"
+
+[head]
+command = ["%s/fake-llama", "server", "--host", "{addr}", "--port", "{port}",
+           "-m", "/models/e2e.gguf", "--metrics", "--fake-load-time", "300ms"%s]
+port = %d
+
+[timeouts]
+load = "60s"
+health_interval = "500ms"
+stop_grace = "3s"
+heartbeat = "1s"
+lease = "10s"
+`
 
 const e2eConfig = `
 tier = "e2e"
@@ -175,8 +204,10 @@ func e2eFreePortPair(t testing.TB) int {
 
 // submit sbatches the tier on the three nodes and waits until it runs.
 func (tr *e2eTier) submit(t testing.TB) {
-	out, err := exec.Command("sbatch", "--parsable", "-N3", "-w", "node[1-3]", "-p", "gpu_ai", "--job-name=e2e-supervisor",
-		"--requeue", "--open-mode=append", "--output="+tr.jobOut, filepath.Join(tr.dir, "job.sh")).CombinedOutput()
+	args := append([]string{"--parsable"}, tr.nodes...)
+	args = append(args, "-p", "gpu_ai", "--job-name=e2e-supervisor",
+		"--requeue", "--open-mode=append", "--output="+tr.jobOut, filepath.Join(tr.dir, "job.sh"))
+	out, err := exec.Command("sbatch", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("sbatch: %v %s", err, out)
 	}
