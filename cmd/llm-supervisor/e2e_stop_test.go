@@ -30,7 +30,9 @@ const gpuAIGrace = 30 * time.Second
 // requeue, the preemptor starts well inside the grace, and released at once
 // the tier comes back ready with restart_count 1.
 func TestE2EPreemptDrainRequeue(t *testing.T) {
-	tr := setupE2EWith(t, e2eOptions{headArgs: []string{"--fake-tokens", "60", "--fake-token-rate", "20"}})
+	// A 6 s stream: in flight when the scheduler preempts (~2.5 s after the
+	// preemptor's submission), well within the drain's wait (15 s).
+	tr := setupE2EWith(t, e2eOptions{headArgs: []string{"--fake-tokens", "120", "--fake-token-rate", "20"}})
 	tr.submit(t)
 	tr.waitState(t, endpoints.StateReady, 90*time.Second)
 	head := tr.processPID(t, "server")
@@ -44,6 +46,7 @@ func TestE2EPreemptDrainRequeue(t *testing.T) {
 	if !stream.done(t) {
 		t.Errorf("the stream in flight was cut: no [DONE]")
 	}
+	tr.wantLog(t, "waiting for requests in flight")
 	tr.waitRequeued(t, 1)
 	if left := tr.fakes(); len(left) > 0 {
 		t.Errorf("fake processes still running once the job shows the requeue: %v", left)
