@@ -352,8 +352,8 @@ var badConfigs = []struct {
 	},
 	{
 		name: "drain budget too short for a distributed stop",
-		src:  minimalDistributed + "[drain]\nbudget = \"20s\"\n",
-		want: []string{`t.toml:14: drain.budget: drain.budget (20s) must be longer than 2 × timeouts.stop_grace (head, then workers) = 20s`},
+		src:  minimalDistributed + "[timeouts]\nstop_grace = \"10s\"\n[drain]\nbudget = \"20s\"\n",
+		want: []string{`t.toml:16: drain.budget: drain.budget (20s) must be longer than 2 × timeouts.stop_grace (head, then workers) = 20s`},
 	},
 	{
 		name: "negative duration",
