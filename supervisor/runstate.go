@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"slurm-llm/endpoints/fsutil"
 )
 
 // RunState is what a job remembers across its requeues, so that a tier
@@ -130,7 +132,7 @@ func LoadRunState(path string) (RunState, error) {
 // SaveRunState writes s to path atomically: a temporary file in the same
 // directory, synced, then renamed over path. A reader sees the old state
 // or the new one, never a part.
-func SaveRunState(path string, s RunState) (err error) {
+func SaveRunState(path string, s RunState) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode run state: %w", err)
@@ -140,29 +142,8 @@ func SaveRunState(path string, s RunState) (err error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("save run state %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("save run state %s: %w", path, err)
+	if err := fsutil.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("save run state: %w", err)
 	}
-	renamed := false
-	defer func() {
-		if !renamed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("save run state %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("save run state %s: sync: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save run state %s: close: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("save run state %s: rename: %w", path, err)
-	}
-	renamed = true
 	return nil
 }
