@@ -7,7 +7,8 @@
 # both tiers with the fake llama.cpp, waits until nginx answers a chat completion on both
 # ports, then provokes a preemption with a high-priority "VASP" job and shows, live, the
 # 503 + Retry-After, the requeue and the tiers answering again. It stops everything it
-# started (the cluster too, unless it was already up).
+# started (the cluster too, unless it was already up). The keeper (llm-upstreams keep)
+# submits the tiers, as it does on the controller.
 #
 #   scripts/demo.sh [--keep] [--no-preempt]
 #     --keep          leave the tiers, nginx and the watcher running at the end
@@ -153,9 +154,23 @@ info "before any tier runs, nginx answers:"
 curl -s -i http://127.0.0.1:8080/v1/models | sed -n '1p;/^Retry-After/p;$p' | sed 's/^/             /'
 
 # ---------------------------------------------------------------- the tiers
-say "submitting both tiers (fake llama.cpp): fast on 1 node, reasoning on 3"
+say "llm-upstreams keep submits both tiers (fake llama.cpp): fast on 1 node, reasoning on 3"
+cat >"$DEMO_DIR/keeper.toml" <<EOF
+state_dir = "$DEMO_DIR/keeper"
+submit_as = ""
+[tiers.fast]
+job_name = "llm-fast"
+script = "$SHARE/sbatch/local/fast.sbatch"
+[tiers.reasoning]
+job_name = "llm-reasoning"
+script = "$SHARE/sbatch/local/reasoning.sbatch"
+EOF
+rm -rf "${DEMO_DIR:?}/keeper"
+llm-upstreams keep --once --config "$DEMO_DIR/keeper.toml" 2>>"$DEMO_DIR/keeper.log" ||
+	die "llm-upstreams keep failed: see $DEMO_DIR/keeper.log"
 for t in fast reasoning; do
-	j=$(sbatch --parsable "$SHARE/sbatch/local/$t.sbatch")
+	j=$(squeue -h -n "llm-$t" -o %i | head -n1)
+	[ -n "$j" ] || die "the keeper did not submit the $t tier: see $DEMO_DIR/keeper.log"
 	jobs_started+=("$j")
 	info "$t: job $j"
 done
@@ -184,7 +199,7 @@ if [ $preempt = 0 ]; then
 	exit 0
 fi
 say "a VASP job needs every node: sbatch -p gpu_vasp -N3 --exclusive (preempts both tiers)"
-vasp=$(sbatch --parsable -p gpu_vasp -N3 --exclusive --job-name=vasp-demo --wrap 'sleep 20')
+vasp=$(sbatch --parsable -p gpu_vasp -N3 --exclusive --job-name=vasp-demo -o "$DEMO_DIR/vasp-%j.out" --wrap 'sleep 20')
 info "vasp job $vasp"
 t_pre=$(date +%s)
 not_ok() { ! curl -sf --max-time 2 -o /dev/null "http://127.0.0.1:$1/v1/models"; }
@@ -196,7 +211,10 @@ wait_for "the VASP job to start" 90 running "$vasp"
 info "VASP started $(($(date +%s) - t_pre)) s after submission"
 squeue -o '%.8i %.14j %.10P %.10T %.12r' | sed 's/^/             /'
 
-say "VASP runs 20 s; the tiers were requeued and wait for the nodes"
+say "VASP runs 20 s; the tiers were requeued (same job ids) and wait for the nodes"
+info "a keeper pass now submits nothing: each tier still has its one (requeued) job"
+llm-upstreams keep --once --config "$DEMO_DIR/keeper.toml" 2>>"$DEMO_DIR/keeper.log" || true
+llm-upstreams keep status --config "$DEMO_DIR/keeper.toml" | sed 's/^/             /'
 gone() { [ -z "$(squeue -h -j "$1" 2>/dev/null)" ]; }
 wait_for "the VASP job to end" 120 gone "$vasp"
 info "Slurm holds a requeued job back ~120 s (EligibleTime); an admin can release it at once:"
