@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"slurm-llm/supervisor/tomlpos"
 )
 
 // decoder walks a parsed TOML document against the config schema, collecting
@@ -22,8 +21,7 @@ import (
 // problem is reported.
 type decoder struct {
 	name     string
-	md       toml.MetaData
-	root     toml.Primitive
+	pos      *tomlpos.Doc
 	doc      map[string]any
 	problems []*ConfigError
 	// bad holds keys that failed to decode: later checks of them (a value left
@@ -41,16 +39,11 @@ const maxProblems = 50
 // newDecoder parses data. A TOML syntax error is returned as a *ConfigError
 // (joined) with its line.
 func newDecoder(name string, data []byte) (*decoder, error) {
-	d := &decoder{name: name, bad: map[string]bool{}}
-	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&d.root)
+	pos, err := tomlpos.Parse(data)
 	if err != nil {
 		return nil, errors.Join(syntaxProblem(name, data, err))
 	}
-	d.md = md
-	if err := d.md.PrimitiveDecode(d.root, &d.doc); err != nil {
-		return nil, errors.Join(syntaxProblem(name, data, err))
-	}
-	return d, nil
+	return &decoder{name: name, pos: pos, doc: pos.Values(), bad: map[string]bool{}}, nil
 }
 
 // syntaxProblem turns a TOML parse error into a ConfigError with its line.
@@ -284,59 +277,9 @@ func typeName(v any) string {
 // line; 0 if neither is known.
 func (d *decoder) line(key toml.Key) int {
 	for k := key; len(k) > 0; k = k[:len(k)-1] {
-		if n := d.keyLine(k); n > 0 {
+		if n := d.pos.Line(k); n > 0 {
 			return n
 		}
 	}
 	return 0
 }
-
-// lineProbe fails every decode; the decoder's error then carries the
-// position of the key being decoded, which toml.MetaData keeps but does
-// not export.
-type lineProbe struct{}
-
-var errLineProbe = errors.New("line probe")
-
-// UnmarshalTOML implements toml.Unmarshaler by failing.
-func (lineProbe) UnmarshalTOML(any) error { return errLineProbe }
-
-// keyLine decodes the document into a struct type made for key (one field
-// per level, the last a lineProbe) and reads the line from the error. The
-// decoder matches keys case-insensitively when no field has the exact name,
-// so siblings that differ from the key only in case get fields of their own.
-func (d *decoder) keyLine(key toml.Key) int {
-	levels := make([]map[string]any, len(key)) // levels[i] holds key[i]
-	m := d.doc
-	for i := range key {
-		levels[i] = m
-		m, _ = m[key[i]].(map[string]any)
-	}
-	t := reflect.TypeOf(lineProbe{})
-	for i := len(key) - 1; i >= 0; i-- {
-		fields := []reflect.StructField{{Name: "F", Type: t, Tag: tomlTag(key[i])}}
-		for _, sib := range sortedKeys(levels[i]) {
-			if sib != key[i] && strings.EqualFold(sib, key[i]) {
-				fields = append(fields, reflect.StructField{
-					Name: "S" + strconv.Itoa(len(fields)), Type: anyType, Tag: tomlTag(sib)})
-			}
-		}
-		for _, f := range fields {
-			if name := strings.TrimPrefix(string(f.Tag), "toml:"); name == `"-"` || strings.Contains(name, ",") {
-				return 0 // not expressible as a toml struct tag
-			}
-		}
-		t = reflect.StructOf(fields)
-	}
-	err := d.md.PrimitiveDecode(d.root, reflect.New(t).Interface())
-	var pe toml.ParseError
-	if !errors.As(err, &pe) || pe.LastKey != key.String() {
-		return 0
-	}
-	return pe.Position.Line
-}
-
-var anyType = reflect.TypeOf((*any)(nil)).Elem()
-
-// tomlTag is the struct tag naming TOML key k.
-func tomlTag(k string) reflect.StructTag { return reflect.StructTag(`toml:` + strconv.Quote(k)) }

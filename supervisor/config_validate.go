@@ -35,7 +35,7 @@ func (d *decoder) validate(c *Config) {
 }
 
 // defined reports whether the file sets key.
-func (d *decoder) defined(key ...string) bool { return d.md.IsDefined(key...) }
+func (d *decoder) defined(key ...string) bool { return d.pos.IsDefined(key...) }
 
 // validateTop checks the top-level scalar keys.
 func (d *decoder) validateTop(c *Config) {

@@ -5,8 +5,6 @@
 package upstreams
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +20,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/supervisor/tomlpos"
 )
 
 // Config is the content of upstreams.toml (see etc/upstreams.toml for every
@@ -132,11 +131,7 @@ func Parse(path string, b []byte) (Config, error) {
 		return Config{}, fmt.Errorf("load config %s: %w", path, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		var msgs []string
-		for _, k := range und {
-			msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", path, keyLine(b, k), k))
-		}
-		return Config{}, fmt.Errorf("load config: %s", strings.Join(msgs, "; "))
+		return Config{}, unknownKeys(path, b, und)
 	}
 	cfg.Path = path
 	if err := cfg.validate(); err != nil {
@@ -157,29 +152,18 @@ func Parse(path string, b []byte) (Config, error) {
 	return cfg, nil
 }
 
-// keyLine finds the line where key k is written: the line of its table
-// header when k is a table, else the first line assigning its last part
-// inside its parent table. 0 means not found.
-func keyLine(b []byte, k toml.Key) int {
-	parent, last := strings.Join(k[:len(k)-1], "."), k[len(k)-1]
-	table := ""
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "[") {
-			table = strings.Trim(line, "[] \t")
-			if table == k.String() {
-				return n
-			}
-			continue
-		}
-		name, _, ok := strings.Cut(line, "=")
-		name = strings.Trim(strings.TrimSpace(name), `"'`)
-		if ok && table == parent && (name == last || strings.HasSuffix(name, "."+last)) {
-			return n
-		}
+// unknownKeys is the error naming each key the config does not have, with
+// the file and line it is written at.
+func unknownKeys(path string, b []byte, keys []toml.Key) error {
+	doc, err := tomlpos.Parse(b) // b has decoded already: this only fails if the toml package changes its mind
+	if err != nil {
+		return fmt.Errorf("load config %s: %w", path, err)
 	}
-	return 0
+	var msgs []string
+	for _, k := range keys {
+		msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", path, doc.Line(k), k))
+	}
+	return fmt.Errorf("load config: %s", strings.Join(msgs, "; "))
 }
 
 // validate checks what decoding could not.

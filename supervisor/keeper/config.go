@@ -1,8 +1,6 @@
 package keeper
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/supervisor/tomlpos"
 )
 
 // Config is the content of keeper.toml (etc/keeper.toml documents every
@@ -305,9 +304,13 @@ func formatProblems(path string, b []byte, probs []problem) error {
 		line int
 		text string
 	}
+	doc, err := tomlpos.Parse(b) // b has decoded already: this only fails if the toml package changes its mind
+	if err != nil {
+		return fmt.Errorf("load keeper config: %w", err)
+	}
 	var out []located
 	for _, p := range probs {
-		line := keyLine(b, p.key)
+		line := doc.Line(p.key)
 		where := path
 		if line > 0 {
 			where = fmt.Sprintf("%s:%d", path, line)
@@ -320,29 +323,4 @@ func formatProblems(path string, b []byte, probs []problem) error {
 		errs[i] = errors.New(l.text)
 	}
 	return fmt.Errorf("load keeper config: %w", errors.Join(errs...))
-}
-
-// keyLine finds the line where key k is written: its table header when k
-// is a table, else the first line assigning its last part inside its
-// parent table. 0 means not written.
-func keyLine(b []byte, k toml.Key) int {
-	parent, last := strings.Join(k[:len(k)-1], "."), k[len(k)-1]
-	table := ""
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "[") {
-			table = strings.Trim(line, "[] \t")
-			if table == k.String() {
-				return n
-			}
-			continue
-		}
-		name, _, ok := strings.Cut(line, "=")
-		name = strings.Trim(strings.TrimSpace(name), `"'`)
-		if ok && table == parent && (name == last || strings.HasSuffix(name, "."+last)) {
-			return n
-		}
-	}
-	return 0
 }
