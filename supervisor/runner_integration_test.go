@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
 )
 
@@ -38,24 +37,11 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	fakeLlama = filepath.Join(dir, "fake-llama")
-	out, err := exec.Command("go", "build", "-o", fakeLlama, "slurm-llm/cmd/fake-llama").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build fake-llama: %v\n%s", err, out)
+	if fakeLlama, err = faketest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // tier describes a test tier: fake workers on pretend nodes and a fake head.
@@ -74,11 +60,11 @@ type tier struct {
 
 // newTier returns a tier of n workers (node1..nodeN) with fast settings.
 func newTier(t testing.TB, n int) *tier {
-	tr := &tier{dir: t.TempDir(), headPort: freePort(t), ports: map[string]int{}, workerArgs: map[string][]string{}}
+	tr := &tier{dir: t.TempDir(), headPort: faketest.FreePort(t), ports: map[string]int{}, workerArgs: map[string][]string{}}
 	for i := 1; i <= n; i++ {
 		node := "node" + strconv.Itoa(i)
 		tr.nodes = append(tr.nodes, node)
-		tr.ports[node] = freePort(t)
+		tr.ports[node] = faketest.FreePort(t)
 	}
 	tr.minWorkers = n
 	tr.headArgs = []string{"--fake-load-time", "100ms", "--metrics"}
@@ -162,14 +148,14 @@ type running struct {
 	done   chan struct{}
 	err    error
 	cancel context.CancelFunc
-	log    *syncBuffer
+	log    *faketest.Buffer
 }
 
 // startRunner runs a runner for plan; Cleanup stops it and checks that no
 // process it started is left.
 func startRunner(t testing.TB, plan *Plan, opts Options) *running {
 	t.Helper()
-	rn := &running{rec: &recorder{}, plan: plan, done: make(chan struct{}), log: &syncBuffer{}}
+	rn := &running{rec: &recorder{}, plan: plan, done: make(chan struct{}), log: &faketest.Buffer{}}
 	opts.Launcher = LocalLauncher{}
 	if extra := opts.Observer; extra != nil {
 		opts.Observer = func(e Event) { rn.rec.observe(e); extra(e) }
@@ -275,24 +261,6 @@ func complete(t testing.TB, port int, stream bool) (*http.Response, error) {
 	t.Helper()
 	body := fmt.Sprintf(`{"model":"test-model","messages":[{"role":"user","content":"hi"}],"stream":%v}`, stream)
 	return http.Post("http://127.0.0.1:"+strconv.Itoa(port)+"/v1/chat/completions", "application/json", strings.NewReader(body))
-}
-
-// syncBuffer is a strings.Builder safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // readSSE reads a streamed completion to its end and reports whether it

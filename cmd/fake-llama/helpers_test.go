@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,10 +12,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"slurm-llm/cmd/fake-llama/faketest"
 )
 
 // binDir holds the fake built once by TestMain, and symlinks named like llama.cpp's binaries.
@@ -34,14 +34,8 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
-	args := []string{"build", "-o", filepath.Join(dir, "fake-llama")}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, ".")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build fake-llama:", err)
+	if _, err := faketest.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	for _, name := range []string{"rpc-server", "ggml-rpc-server", "llama-server"} {
@@ -68,28 +62,10 @@ func poll(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's output and the test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a fake-llama process started by a test, in its own process group.
 type proc struct {
 	cmd   *exec.Cmd
-	out   *syncBuffer
+	out   *faketest.Buffer
 	done  chan struct{}
 	state *os.ProcessState
 }
@@ -103,7 +79,7 @@ func startBin(t testing.TB, name string, args ...string) *proc {
 // startBinEnv is startBin with env added to the environment.
 func startBinEnv(t testing.TB, env []string, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{out: &faketest.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(filepath.Join(binDir, name), args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

@@ -364,18 +364,7 @@ func (s *stream) done(t testing.TB) bool {
 // node1's port and returns its PID (the fake itself, not srun nor the shim).
 func (tr *e2eTier) processPID(t testing.TB, mode string) int {
 	t.Helper()
-	var pid int
-	pattern := fmt.Sprintf("^%s/fake-llama %s ", tr.dir, mode)
-	e2eWaitFor(t, "the "+mode+" process", 30*time.Second, func() bool {
-		out, _ := exec.Command("pgrep", "-f", pattern).Output()
-		f := strings.Fields(string(out))
-		if len(f) != 1 {
-			return false
-		}
-		pid, _ = strconv.Atoi(f[0])
-		return pid > 0
-	})
-	return pid
+	return e2eWaitPID(t, "the "+mode+" process", fmt.Sprintf("^%s/fake-llama %s ", tr.dir, mode))
 }
 
 // fakes lists the tier's fake-llama processes (not the supervisor, srun or

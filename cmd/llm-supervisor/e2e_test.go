@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
 )
 
@@ -92,7 +93,7 @@ func setupE2EWith(t testing.TB, o e2eOptions) *e2eTier {
 	os.MkdirAll(tr.endpointDir, 0o755)
 	e2eBuild(t, filepath.Join(dir, "llm-supervisor"), "slurm-llm/cmd/llm-supervisor")
 	e2eBuild(t, filepath.Join(dir, "fake-llama"), "slurm-llm/cmd/fake-llama")
-	tr.headPort = e2eFreePort(t)
+	tr.headPort = faketest.FreePort(t)
 	workerPort := e2eFreePortPair(t)
 	tr.workerPort = workerPort
 	head := ""
@@ -177,22 +178,12 @@ func e2eWriteFile(t testing.TB, path, body string) {
 	}
 }
 
-func e2eFreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// freePortPair returns p such that p and p+1 were free (the two workers
+// e2eFreePortPair returns p such that p and p+1 were free (the two workers
 // share 127.0.0.1 and use port_step 1).
 func e2eFreePortPair(t testing.TB) int {
 	t.Helper()
 	for i := 0; i < 50; i++ {
-		p := e2eFreePort(t)
+		p := faketest.FreePort(t)
 		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1)); err == nil {
 			l.Close()
 			return p
@@ -348,9 +339,15 @@ func BenchmarkE2EWorkerKillDetect(b *testing.B) {
 // nor the shim's).
 func (tr *e2eTier) workerPID(t testing.TB) int {
 	t.Helper()
+	return e2eWaitPID(t, "the worker process", fmt.Sprintf("^%s/fake-llama rpc-server .*--port %d$", tr.dir, tr.workerPort))
+}
+
+// e2eWaitPID waits for exactly one process whose command line matches
+// pattern (pgrep -f) and returns its PID.
+func e2eWaitPID(t testing.TB, what, pattern string) int {
+	t.Helper()
 	var pid int
-	pattern := fmt.Sprintf("^%s/fake-llama rpc-server .*--port %d$", tr.dir, tr.workerPort)
-	e2eWaitFor(t, "the worker process", 30*time.Second, func() bool {
+	e2eWaitFor(t, what, 30*time.Second, func() bool {
 		out, _ := exec.Command("pgrep", "-f", pattern).Output()
 		f := strings.Fields(string(out))
 		if len(f) != 1 {

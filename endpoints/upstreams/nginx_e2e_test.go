@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
 )
 
@@ -47,17 +48,6 @@ func nginxBin(t testing.TB) string {
 	return ""
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startNginx writes the configs, makes the first (fallback) upstream files
 // and starts nginx in the foreground, killed by PID in t.Cleanup.
 func startNginx(t testing.TB) *privateNginx {
@@ -65,7 +55,7 @@ func startNginx(t testing.TB) *privateNginx {
 	bin := nginxBin(t)
 	root := t.TempDir()
 	n := &privateNginx{prefix: filepath.Join(root, "nginx"), out: filepath.Join(root, "slurm-llm"),
-		endpoints: filepath.Join(root, "endpoints"), fast: freePort(t), reasoning: freePort(t)}
+		endpoints: filepath.Join(root, "endpoints"), fast: faketest.FreePort(t), reasoning: faketest.FreePort(t)}
 	n.extraDir = filepath.Join(n.prefix, "extra")
 	for _, d := range []string{n.prefix + "/tmp", n.out, n.endpoints, n.extraDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -321,7 +311,7 @@ func TestE2ESyncRoutesThenFallsBackTo503(t *testing.T) {
 func TestE2EDeadHeadGives503Not502(t *testing.T) {
 	n := startNginx(t)
 	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
-	n.publish(t, "fast", "102", head{name: "dead", port: freePort(t)})
+	n.publish(t, "fast", "102", head{name: "dead", port: faketest.FreePort(t)})
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -9,12 +8,13 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/cmd/fake-llama/faketest"
 )
 
 const testToken = "t0k3n"
@@ -22,30 +22,12 @@ const testToken = "t0k3n"
 // waitTimeout bounds every wait on a real process; a test that hits it failed.
 const waitTimeout = 10 * time.Second
 
-// syncBuffer collects output written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // harness runs Run in-process around a real child.
 type harness struct {
 	t       *testing.T
 	stdin   io.WriteCloser
-	stdout  *syncBuffer
-	stderr  *syncBuffer
+	stdout  *faketest.Buffer
+	stderr  *faketest.Buffer
 	signals chan os.Signal
 	status  chan int
 }
@@ -55,7 +37,7 @@ type harness struct {
 func startShim(t *testing.T, cfg Config, argv ...string) *harness {
 	t.Helper()
 	inR, inW := io.Pipe()
-	h := &harness{t: t, stdin: inW, stdout: &syncBuffer{}, stderr: &syncBuffer{},
+	h := &harness{t: t, stdin: inW, stdout: &faketest.Buffer{}, stderr: &faketest.Buffer{},
 		signals: make(chan os.Signal, 4), status: make(chan int, 1)}
 	cfg.Argv, cfg.Token = argv, testToken
 	cfg.Stdin, cfg.Stdout, cfg.Stderr, cfg.Signals = inR, h.stdout, NewLineWriter(h.stderr), h.signals
@@ -463,7 +445,7 @@ func shimProcess(t *testing.T, argv ...string) (*exec.Cmd, *harness, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, stdin: inW, stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	h := &harness{t: t, stdin: inW, stdout: &faketest.Buffer{}, stderr: &faketest.Buffer{}}
 	cmd.Stdout, cmd.Stderr = h.stdout, h.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start shim process: %v", err)

@@ -1,0 +1,6 @@
+//go:build race
+
+package faketest
+
+// race makes Build build the fake with -race when the tests run with -race.
+const race = true
