@@ -6,10 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"slurm-llm/cmd/fake-llama/faketest"
 )
 
 func TestRunExitCodes(t *testing.T) {
@@ -82,8 +83,7 @@ func TestRunWatchSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	code := make(chan int, 1)
-	var errb bytes.Buffer
-	go func() { code <- run([]string{"watch", "--config", path}, io.Discard, &syncWriter{w: &errb}) }()
+	go func() { code <- run([]string{"watch", "--config", path}, io.Discard, &faketest.Buffer{}) }()
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
@@ -123,16 +123,4 @@ func waitFile(t *testing.T, path string) {
 		}
 		<-tick.C
 	}
-}
-
-// syncWriter serialises writes of the logger and the test.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
