@@ -41,6 +41,10 @@ type Client struct {
 	Run Runner
 	// Location is the zone Slurm prints times in; nil means time.Local.
 	Location *time.Location
+	// User, when set, limits JobsByName to that user's jobs (squeue -u), so
+	// another user's job of the same name is never taken for a tier's job.
+	// "" lists every user's jobs.
+	User string
 }
 
 // CommandError is a Slurm command that failed. It wraps ErrNoSuchJob or

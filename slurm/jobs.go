@@ -103,9 +103,14 @@ type JobRef struct {
 }
 
 // JobsByName lists the pending and running jobs named name (`squeue -h -n
-// NAME -o "%i %T"`), in squeue's order; finished jobs are not listed.
+// NAME -o "%i %T"`, with `-u USER` when c.User is set), in squeue's order;
+// finished jobs are not listed.
 func (c *Client) JobsByName(ctx context.Context, name string) ([]JobRef, error) {
-	out, err := c.run(ctx, c.squeue(), "-h", "-n", name, "-o", "%i %T")
+	argv := []string{c.squeue(), "-h", "-n", name, "-o", "%i %T"}
+	if c.User != "" {
+		argv = append(argv, "-u", c.User)
+	}
+	out, err := c.run(ctx, argv...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs named %s: %w", name, err)
 	}

@@ -242,6 +242,16 @@ func TestJobsByNameAndSteps(t *testing.T) {
 	if d := cmp.Diff([]JobRef{{ID: "7", State: JobRunning}, {ID: "9", State: JobPending}}, refs); d != "" {
 		t.Errorf("JobsByName (-want +got):\n%s", d)
 	}
+	if d := cmp.Diff([]string{"squeue", "-h", "-n", "tier", "-o", "%i %T"}, argv); d != "" {
+		t.Errorf("JobsByName argv (-want +got):\n%s", d)
+	}
+	c = &Client{User: "slurm-llm", Run: fakeRunner(t, reply{stdout: "7 RUNNING\n"}, &argv)}
+	if _, err := c.JobsByName(context.Background(), "tier"); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"squeue", "-h", "-n", "tier", "-o", "%i %T", "-u", "slurm-llm"}, argv); d != "" {
+		t.Errorf("JobsByName argv with User (-want +got):\n%s", d)
+	}
 	c = &Client{Run: fakeRunner(t, reply{stdout: "8.0\n8.1\n8.batch\n"}, &argv)}
 	steps, err := c.Steps(context.Background(), "8")
 	if err != nil {

@@ -33,7 +33,8 @@ type Scheduler interface {
 // Options are what a Keeper uses besides its config. The zero value talks
 // to the real Slurm, logs nothing and reads the real clock.
 type Options struct {
-	// Scheduler nil means &slurm.Client{Timeout: cfg.SchedulerTimeout}.
+	// Scheduler nil means &slurm.Client{Timeout: cfg.SchedulerTimeout, User: cfg.SubmitAs}:
+	// only the submitting account's jobs count as a tier's jobs.
 	Scheduler Scheduler
 	// Log nil means no logging.
 	Log hclog.Logger
@@ -55,7 +56,7 @@ type Keeper struct {
 func New(cfg Config, opts Options) *Keeper {
 	k := &Keeper{cfg: cfg, sched: opts.Scheduler, log: opts.Log, now: opts.Now, store: NewStore(cfg.StateDir)}
 	if k.sched == nil {
-		k.sched = &slurm.Client{Timeout: cfg.SchedulerTimeout}
+		k.sched = &slurm.Client{Timeout: cfg.SchedulerTimeout, User: cfg.SubmitAs}
 	}
 	if k.log == nil {
 		k.log = hclog.NewNullLogger()
