@@ -188,3 +188,72 @@ func TestBaseURL(t *testing.T) {
 		})
 	}
 }
+
+// serveRouter starts a server shaped like llama-server in router mode
+// (--models-dir): /metrics and /slots answer 400 without ?model=, each
+// model's own /metrics answers with its gauges, and /v1/models lists the
+// models with their status.
+func serveRouter(t *testing.T, models string, perModel map[string]string) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	missing := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Query().Get("model") != "" {
+			return false
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte(`{"error":{"code":400,"message":"model name is missing from the request"}}`))
+		return true
+	}
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if missing(w, r) {
+			return
+		}
+		body, ok := perModel[r.URL.Query().Get("model")]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		_, _ = w.Write([]byte(body))
+	})
+	mux.HandleFunc("/slots", func(w http.ResponseWriter, r *http.Request) { missing(w, r) })
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(models)) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestInFlightRouter(t *testing.T) {
+	busy := "llamacpp:requests_processing 1\nllamacpp:requests_deferred 1\n"
+	idle := "llamacpp:requests_processing 0\nllamacpp:requests_deferred 0\n"
+	tests := []struct {
+		name     string
+		models   string
+		perModel map[string]string
+		want     int
+		wantErr  bool
+	}{
+		{name: "two loaded models, one busy",
+			models:   `{"object":"list","data":[{"id":"a","status":{"value":"loaded"}},{"id":"b","status":{"value":"loaded"}},{"id":"c","status":{"value":"unloaded"}}]}`,
+			perModel: map[string]string{"a": busy, "b": idle}, want: 2},
+		{name: "nothing loaded",
+			models: `{"object":"list","data":[{"id":"a","status":{"value":"unloaded"}}]}`, want: 0},
+		{name: "a model loading counts as busy",
+			models:   `{"object":"list","data":[{"id":"a","status":{"value":"loading"}},{"id":"b","status":{"value":"loaded"}}]}`,
+			perModel: map[string]string{"b": idle}, want: 1},
+		{name: "a loaded model's metrics fail",
+			models: `{"object":"list","data":[{"id":"a","status":{"value":"loaded"}}]}`, wantErr: true},
+		{name: "not a router: no status in the list",
+			models: `{"object":"list","data":[{"id":"a"}]}`, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := InFlight(ctx(t), http.DefaultClient, serveRouter(t, tt.models, tt.perModel))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("InFlight error = %v, want error %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("InFlight = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

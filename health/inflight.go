@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -25,7 +26,10 @@ var errNoMetrics = errors.New("no in-flight metrics")
 // InFlight returns how many requests the head is working on or holding:
 // llamacpp:requests_processing + llamacpp:requests_deferred from /metrics
 // (llama-server started with --metrics), or, when /metrics is not served,
-// the number of /slots entries with is_processing set.
+// the number of /slots entries with is_processing set. A llama-server in
+// router mode (--models-dir) serves both only per model (?model=NAME): its
+// count is the sum over the models /v1/models lists as loaded, and a model
+// still loading counts as one (a request is waiting for it).
 func InFlight(ctx context.Context, client *http.Client, baseURL string) (int, error) {
 	n, mErr := fromMetrics(ctx, client, baseURL)
 	if mErr == nil {
@@ -35,7 +39,71 @@ func InFlight(ctx context.Context, client *http.Client, baseURL string) (int, er
 	if sErr == nil {
 		return n, nil
 	}
-	return 0, fmt.Errorf("count in-flight requests: %w", errors.Join(mErr, sErr))
+	n, rErr := fromRouter(ctx, client, baseURL)
+	if rErr == nil {
+		return n, nil
+	}
+	return 0, fmt.Errorf("count in-flight requests: %w", errors.Join(mErr, sErr, rErr))
+}
+
+// routerModels is the part of a router's /v1/models answer fromRouter
+// reads: each model's id and status ("loaded", "loading", "unloaded", …).
+type routerModels struct {
+	Data []struct {
+		ID     string `json:"id"`
+		Status *struct {
+			Value string `json:"value"`
+		} `json:"status"`
+	} `json:"data"`
+}
+
+// errNotRouter says that /v1/models lists no model status: not a router.
+var errNotRouter = errors.New("not a router: /v1/models has no model status")
+
+// fromRouter counts a router's requests in flight, model by model.
+func fromRouter(ctx context.Context, client *http.Client, baseURL string) (int, error) {
+	body, err := getOK(ctx, client, baseURL+"/v1/models")
+	if err != nil {
+		return 0, fmt.Errorf("router: %w", err)
+	}
+	var l routerModels
+	if err := json.Unmarshal(body, &l); err != nil {
+		return 0, fmt.Errorf("router: decode models: %w", err)
+	}
+	total := 0
+	for _, m := range l.Data {
+		if m.Status == nil {
+			return 0, fmt.Errorf("router: %w", errNotRouter)
+		}
+		switch m.Status.Value {
+		case "loading":
+			total++
+		case "loaded":
+			n, err := fromModel(ctx, client, baseURL, m.ID)
+			if err != nil {
+				return 0, fmt.Errorf("router: model %s: %w", m.ID, err)
+			}
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// fromModel counts one router model's requests: its /metrics, else its /slots.
+func fromModel(ctx context.Context, client *http.Client, baseURL, model string) (int, error) {
+	q := "?model=" + url.QueryEscape(model)
+	body, mErr := getOK(ctx, client, baseURL+"/metrics"+q)
+	if mErr == nil {
+		var n int
+		if n, mErr = parseMetrics(body); mErr == nil {
+			return n, nil
+		}
+	}
+	body, sErr := getOK(ctx, client, baseURL+"/slots"+q)
+	if sErr != nil {
+		return 0, errors.Join(fmt.Errorf("metrics: %w", mErr), fmt.Errorf("slots: %w", sErr))
+	}
+	return parseSlots(body)
 }
 
 // fromMetrics reads the in-flight gauges from the Prometheus text of /metrics.
@@ -80,6 +148,11 @@ func fromSlots(ctx context.Context, client *http.Client, baseURL string) (int, e
 	if err != nil {
 		return 0, fmt.Errorf("slots: %w", err)
 	}
+	return parseSlots(body)
+}
+
+// parseSlots counts the entries of a /slots answer with is_processing set.
+func parseSlots(body []byte) (int, error) {
 	var slots []struct {
 		IsProcessing bool `json:"is_processing"`
 	}
