@@ -373,3 +373,29 @@ func TestShellQuote(t *testing.T) {
 		}
 	}
 }
+
+// TestShippedConfigsRPCServerReadiness: real llama.cpp rpc-server prints
+// "Starting RPC server" with printf before it initialises its devices and
+// before it listens, and through a pipe (a step's stdout) that line sits in
+// stdio's buffer. As a ready pattern it would start the head before the
+// workers listen, or never fire; the startup port check is what tells. The
+// configs under etc/local run the fake, which prints once it listens.
+func TestShippedConfigsRPCServerReadiness(t *testing.T) {
+	for _, f := range shippedTierConfigs(t, "../etc") {
+		if filepath.Base(filepath.Dir(f)) == "local" {
+			continue
+		}
+		t.Run(f, func(t *testing.T) {
+			c, err := LoadConfig(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Worker == nil || len(c.Worker.Command) == 0 {
+				return
+			}
+			if bin := filepath.Base(c.Worker.Command[0]); strings.HasSuffix(bin, "rpc-server") && c.Worker.ReadyPattern != "" {
+				t.Errorf("worker %s has ready_pattern %q: rpc-server prints it before it listens", bin, c.Worker.ReadyPattern)
+			}
+		})
+	}
+}
