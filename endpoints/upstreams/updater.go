@@ -2,6 +2,7 @@ package upstreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -43,6 +44,9 @@ type Updater struct {
 	// rejected is the last pass's rejections (file → reason), so a bad file
 	// is logged when it appears or changes, not on every sweep.
 	rejected map[string]string
+	// resolved is each host name's last good lookup, used while the
+	// resolver fails for a reason other than "no such host".
+	resolved map[string][]string
 }
 
 // TierReport is what one tier routes to after a pass.
@@ -245,10 +249,32 @@ func (u *Updater) resolve(ctx context.Context, ds []endpoints.Decision) map[stri
 }
 
 // lookup returns the sorted IP addresses of host (itself if a literal).
+// When the resolver fails for another reason than "no such host" (a
+// timeout, a DNS server restarting), the host's last good addresses are
+// used: a DNS hiccup must not empty every tier.
 func (u *Updater) lookup(ctx context.Context, host string) ([]string, error) {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return []string{host}, nil
 	}
+	addrs, err := u.resolveHost(ctx, host)
+	var dnsErr *net.DNSError
+	switch {
+	case err == nil:
+		if u.resolved == nil {
+			u.resolved = map[string][]string{}
+		}
+		u.resolved[host] = addrs
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		delete(u.resolved, host)
+	case u.resolved[host] != nil:
+		u.opts.Log.Warn("cannot resolve host: keeping its last addresses", "host", host, "addrs", u.resolved[host], "error", err)
+		return u.resolved[host], nil
+	}
+	return addrs, err
+}
+
+// resolveHost asks the resolver once.
+func (u *Updater) resolveHost(ctx context.Context, host string) ([]string, error) {
 	lctx, cancel := context.WithTimeout(ctx, u.cfg.ResolveTimeout)
 	defer cancel()
 	raw, err := u.opts.Resolver.LookupHost(lctx, host)

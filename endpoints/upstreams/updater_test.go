@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -317,5 +318,63 @@ func TestFencesSharedBetweenProcesses(t *testing.T) {
 	}
 	if len(rep.Decisions) != 1 || rep.Decisions[0].Why != endpoints.WhySuperseded {
 		t.Errorf("stale run's file in a new process: %+v, want superseded", rep.Decisions)
+	}
+}
+
+// switchResolver answers from addrs, or fails with err when it is set.
+type switchResolver struct {
+	addrs map[string][]string
+	err   error
+}
+
+func (s *switchResolver) LookupHost(_ context.Context, host string) ([]string, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	if a, ok := s.addrs[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// A resolver that times out keeps a host's last addresses: a DNS hiccup must
+// not empty every tier; a name that no longer exists is dropped.
+func TestPassResolverHiccup(t *testing.T) {
+	tests := []struct {
+		name        string
+		err         error
+		wantServers []string
+		wantWhy     string
+	}{
+		{name: "timeout keeps last addresses", err: &net.DNSError{Err: "i/o timeout", Name: "node1", IsTimeout: true, IsTemporary: true},
+			wantServers: []string{"10.1.1.1:8080"}, wantWhy: "ready"},
+		{name: "server failure keeps last addresses", err: &net.DNSError{Err: "server misbehaving", Name: "node1", IsTemporary: true},
+			wantServers: []string{"10.1.1.1:8080"}, wantWhy: "ready"},
+		{name: "name gone is dropped", err: &net.DNSError{Err: "no such host", Name: "node1", IsNotFound: true},
+			wantWhy: "host does not resolve"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "node1", 8080)); err != nil {
+				t.Fatal(err)
+			}
+			res := &switchResolver{addrs: map[string][]string{"node1": {"10.1.1.1"}}}
+			u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }, Resolver: res})
+			if _, err := u.Pass(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			res.err = tt.err
+			rep, err := u.Pass(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.wantServers, rep.Tiers[0].Servers); d != "" {
+				t.Errorf("fast servers (-want +got):\n%s", d)
+			}
+			if got := rep.Decisions[0].Why; got != tt.wantWhy {
+				t.Errorf("why = %q, want %q", got, tt.wantWhy)
+			}
+		})
 	}
 }
