@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -393,8 +396,69 @@ func TestShippedConfigsRPCServerReadiness(t *testing.T) {
 			if c.Worker == nil || len(c.Worker.Command) == 0 {
 				return
 			}
-			if bin := filepath.Base(c.Worker.Command[0]); strings.HasSuffix(bin, "rpc-server") && c.Worker.ReadyPattern != "" {
-				t.Errorf("worker %s has ready_pattern %q: rpc-server prints it before it listens", bin, c.Worker.ReadyPattern)
+			if strings.Contains(strings.Join(c.Worker.Command, " "), "rpc-server") && c.Worker.ReadyPattern != "" {
+				t.Errorf("worker %q has ready_pattern %q: rpc-server prints it before it listens", c.Worker.Command, c.Worker.ReadyPattern)
+			}
+		})
+	}
+}
+
+// TestShippedConfigsRPCServerBindsIPv4: real rpc-server binds its -H with
+// inet_addr, so it takes an IPv4 literal only ("Invalid host address" for a
+// name, and it exits). A shipped worker whose node address is a name must
+// resolve it first. The worker's command runs here with fake getent and
+// rpc-server on PATH, and the -H rpc-server gets must be an IPv4 address.
+func TestShippedConfigsRPCServerBindsIPv4(t *testing.T) {
+	bin := t.TempDir()
+	fakes := map[string]string{
+		"getent":     "#!/bin/sh\n[ \"$1\" = ahostsv4 ] || exit 2\necho \"10.9.0.7        STREAM $2\"\necho \"10.9.0.7        DGRAM  \"\n",
+		"rpc-server": "#!/bin/sh\necho \"$@\"\n",
+	}
+	for name, body := range fakes {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	nodes := []string{"node1", "node2", "node3"}
+	for _, f := range shippedTierConfigs(t, "../etc") {
+		if filepath.Base(filepath.Dir(f)) == "local" {
+			continue
+		}
+		c, err := LoadConfig(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Kind != KindDistributed {
+			continue
+		}
+		t.Run(f, func(t *testing.T) {
+			addrs, err := c.NodeAddresses(nodes, func(ns []string) (map[string]string, error) {
+				m := map[string]string{}
+				for _, n := range ns {
+					m[n] = n + ".cluster" // NodeAddr may be a name too
+				}
+				return m, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := c.Plan(PlanInput{JobID: "1", Nodes: nodes, BatchNode: "node1", Addrs: addrs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := p.Workers[0]
+			out, err := exec.Command(w.Argv[0], w.Argv[1:]...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("worker command %q: %v: %s", w.Argv, err, out)
+			}
+			fields := strings.Fields(string(out))
+			i := slices.Index(fields, "-H")
+			if i < 0 || i+1 >= len(fields) {
+				t.Fatalf("rpc-server got no -H: %q", out)
+			}
+			if a, err := netip.ParseAddr(fields[i+1]); err != nil || !a.Is4() {
+				t.Errorf("rpc-server -H %q: not an IPv4 address (argv %q)", fields[i+1], w.Argv)
 			}
 		})
 	}
