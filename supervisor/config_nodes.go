@@ -1,7 +1,11 @@
 package supervisor
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -40,4 +44,52 @@ func (c *Config) NodeAddresses(nodes []string, fromSlurm func([]string) (map[str
 		}
 	}
 	return out, nil
+}
+
+// LookupIP resolves a host name, as (*net.Resolver).LookupIP does.
+type LookupIP func(ctx context.Context, network, host string) ([]net.IP, error)
+
+// ResolveAddresses returns addrs with every address that is a name replaced
+// by an IP address of that name, IPv4 when it has one: llama.cpp's
+// rpc-server binds -H with inet_addr, so it takes an IPv4 literal only and
+// exits on a name. IP literals are kept as they are. It runs on the batch
+// node, so names resolve as the nodes see them (IPoIB names in /etc/hosts).
+// The first failure, in node order, is the error.
+func ResolveAddresses(ctx context.Context, addrs map[string]string, lookup LookupIP) (map[string]string, error) {
+	out := make(map[string]string, len(addrs))
+	nodes := make([]string, 0, len(addrs))
+	for n := range addrs {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	for _, n := range nodes {
+		a := addrs[n]
+		if _, err := netip.ParseAddr(a); err == nil {
+			out[n] = a
+			continue
+		}
+		ips, err := lookup(ctx, "ip", a)
+		if err != nil {
+			return nil, fmt.Errorf("resolve address %s of node %s: %w", a, n, err)
+		}
+		ip, ok := preferIPv4(ips)
+		if !ok {
+			return nil, fmt.Errorf("resolve address %s of node %s: no IP address", a, n)
+		}
+		out[n] = ip
+	}
+	return out, nil
+}
+
+// preferIPv4 picks the first IPv4 address of ips, else the first address.
+func preferIPv4(ips []net.IP) (string, bool) {
+	for _, ip := range ips {
+		if v4 := ip.To4(); v4 != nil {
+			return v4.String(), true
+		}
+	}
+	if len(ips) > 0 {
+		return ips[0].String(), true
+	}
+	return "", false
 }

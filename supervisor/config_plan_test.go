@@ -2,11 +2,12 @@ package supervisor
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
+	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -405,22 +406,19 @@ func TestShippedConfigsRPCServerReadiness(t *testing.T) {
 
 // TestShippedConfigsRPCServerBindsIPv4: real rpc-server binds its -H with
 // inet_addr, so it takes an IPv4 literal only ("Invalid host address" for a
-// name, and it exits). A shipped worker whose node address is a name must
-// resolve it first. The worker's command runs here with fake getent and
-// rpc-server on PATH, and the -H rpc-server gets must be an IPv4 address.
+// name, and it exits). With node addresses that are names, resolved as
+// `llm-supervisor run` resolves them (ResolveAddresses, here with names that
+// have IPv6 and IPv4 addresses), a shipped worker's -H must be IPv4.
 func TestShippedConfigsRPCServerBindsIPv4(t *testing.T) {
-	bin := t.TempDir()
-	fakes := map[string]string{
-		"getent":     "#!/bin/sh\n[ \"$1\" = ahostsv4 ] || exit 2\necho \"10.9.0.7        STREAM $2\"\necho \"10.9.0.7        DGRAM  \"\n",
-		"rpc-server": "#!/bin/sh\necho \"$@\"\n",
-	}
-	for name, body := range fakes {
-		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 	nodes := []string{"node1", "node2", "node3"}
+	seen := map[string]int{}
+	lookup := func(_ context.Context, _, host string) ([]net.IP, error) {
+		if _, ok := seen[host]; !ok {
+			seen[host] = len(seen) + 1
+		}
+		n := strconv.Itoa(seen[host])
+		return []net.IP{net.ParseIP("fd00::" + n), net.ParseIP("10.9.0." + n)}, nil // both families
+	}
 	for _, f := range shippedTierConfigs(t, "../etc") {
 		if filepath.Base(filepath.Dir(f)) == "local" {
 			continue
@@ -443,22 +441,21 @@ func TestShippedConfigsRPCServerBindsIPv4(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// What `llm-supervisor run` does before planning.
+			if addrs, err = ResolveAddresses(context.Background(), addrs, lookup); err != nil {
+				t.Fatal(err)
+			}
 			p, err := c.Plan(PlanInput{JobID: "1", Nodes: nodes, BatchNode: "node1", Addrs: addrs})
 			if err != nil {
 				t.Fatal(err)
 			}
 			w := p.Workers[0]
-			out, err := exec.Command(w.Argv[0], w.Argv[1:]...).CombinedOutput()
-			if err != nil {
-				t.Fatalf("worker command %q: %v: %s", w.Argv, err, out)
+			i := slices.Index(w.Argv, "-H")
+			if i < 0 || i+1 >= len(w.Argv) {
+				t.Fatalf("rpc-server gets no -H: %q", w.Argv)
 			}
-			fields := strings.Fields(string(out))
-			i := slices.Index(fields, "-H")
-			if i < 0 || i+1 >= len(fields) {
-				t.Fatalf("rpc-server got no -H: %q", out)
-			}
-			if a, err := netip.ParseAddr(fields[i+1]); err != nil || !a.Is4() {
-				t.Errorf("rpc-server -H %q: not an IPv4 address (argv %q)", fields[i+1], w.Argv)
+			if a, err := netip.ParseAddr(w.Argv[i+1]); err != nil || !a.Is4() {
+				t.Errorf("rpc-server -H %q: not an IPv4 address (argv %q)", w.Argv[i+1], w.Argv)
 			}
 		})
 	}

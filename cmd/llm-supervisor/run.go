@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -201,12 +202,21 @@ func waitForSlurm(ctx context.Context, jobs jobControl, alloc slurm.Allocation, 
 	}
 }
 
+// resolveTimeout bounds the name lookups of the nodes' addresses at start.
+const resolveTimeout = 10 * time.Second
+
 // newRunner plans the tier for the allocation and builds its runner with
 // the srun launcher; Replan rebuilds the plan when a worker node is dropped.
 func newRunner(cfg *supervisor.Config, alloc slurm.Allocation, client *slurm.Client, notices chan<- notice, log hclog.Logger) (*supervisor.Runner, *runRecord, error) {
 	addrs, err := cfg.NodeAddresses(alloc.Nodes, func(nodes []string) (map[string]string, error) {
 		return client.NodeAddrs(context.Background(), nodes)
 	})
+	if err != nil {
+		return nil, nil, err
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	addrs, err = supervisor.ResolveAddresses(rctx, addrs, net.DefaultResolver.LookupIP)
+	cancel()
 	if err != nil {
 		return nil, nil, err
 	}
