@@ -29,7 +29,7 @@ func (l LocalLauncher) Start(p Process) (Handle, error) {
 		base = os.Environ()
 	}
 	cmd.Env = append(append([]string(nil), base...), envList(p.Env)...)
-	return startProc(cmd, p, l.OnLine, "")
+	return startProc(cmd, p, l.OnLine, "", nil)
 }
 
 // envList turns a variable map into sorted KEY=value entries.

@@ -99,12 +99,7 @@ func (l SrunLauncher) Start(p Process) (Handle, error) {
 	if l.Shim != nil {
 		return l.startShimmed(cmd, p, token)
 	}
-	pr, err := startProc(cmd, p, l.OnLine, "")
-	if err != nil {
-		return nil, err
-	}
-	pr.kill = l.killStep
-	return pr, nil
+	return startProc(cmd, p, l.OnLine, "", func(pr *proc) { pr.kill = l.killStep })
 }
 
 // StopMargin is how much longer than the stop grace a Stop may take: a
@@ -125,18 +120,19 @@ func (l SrunLauncher) startShimmed(cmd *exec.Cmd, p Process, token string) (Hand
 		return nil, fmt.Errorf("start %s: stdin pipe: %w", p.Name, err)
 	}
 	cmd.Stdin = r
-	pr, err := startProc(cmd, p, l.shimLines(token), token)
+	pr, err := startProc(cmd, p, l.shimLines(token), token, func(pr *proc) {
+		pr.onExit = func() { w.Close() }
+		pr.term = func(pr *proc) { _, _ = w.Write(shim.StopCommand(false)) }
+		pr.extraGrace = shimMargin
+		pr.kill = func(pr *proc) {
+			_, _ = w.Write(shim.StopCommand(true))
+			l.killStep(pr)
+		}
+	})
 	r.Close()
 	if err != nil {
 		w.Close()
 		return nil, err
-	}
-	pr.onExit = func() { w.Close() }
-	pr.term = func(pr *proc) { _, _ = w.Write(shim.StopCommand(false)) }
-	pr.extraGrace = shimMargin
-	pr.kill = func(pr *proc) {
-		_, _ = w.Write(shim.StopCommand(true))
-		l.killStep(pr)
 	}
 	return pr, nil
 }

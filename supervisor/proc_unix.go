@@ -42,8 +42,9 @@ type proc struct {
 // output appended to spec.LogPath, and waits for it in a goroutine.
 // onLine, if set, also sees every output line (on exec's copying goroutine);
 // token, if set, is the shim's marker token, whose exit marker names the
-// child's signal.
-func startProc(cmd *exec.Cmd, spec Process, onLine func(Process, string), token string) (*proc, error) {
+// child's signal. setup, if set, adjusts the proc (term, kill, onExit)
+// before the process starts, so the waiting goroutine never races it.
+func startProc(cmd *exec.Cmd, spec Process, onLine func(Process, string), token string, setup func(*proc)) (*proc, error) {
 	f, err := openLog(spec.LogPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
@@ -61,6 +62,9 @@ func startProc(cmd *exec.Cmd, spec Process, onLine func(Process, string), token 
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = waitDelay
+	if setup != nil {
+		setup(p)
+	}
 	fmt.Fprintf(f, "--- llm-supervisor %s: start %s: %s\n", time.Now().Format(time.RFC3339Nano), spec.Name, strings.Join(cmd.Args, " "))
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(f, "--- llm-supervisor: start failed: %v\n", err)
