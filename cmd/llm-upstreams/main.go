@@ -18,12 +18,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/slurm"
+	"slurm-llm/supervisor/keeper"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=v1.2.3".
@@ -48,10 +50,14 @@ type options struct {
 	asJSON   bool
 	logLevel string
 	logFmt   string
+	// keeperConfig: status also shows the keeper's tiers from this file
+	// when it exists ("" for never).
+	keeperConfig string
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|status [--config FILE] [--json] [--log-level LEVEL] [--log-format text|json]\n"+
+		"       llm-upstreams status [--keeper-config FILE]  (text: also the keeper's tiers)\n"+
 		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
 		"       llm-upstreams --version\n")
 }
@@ -80,6 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.asJSON, "json", false, "status: print JSON")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn, error")
 	fs.StringVar(&o.logFmt, "log-format", "text", "text or json (JSON lines)")
+	fs.StringVar(&o.keeperConfig, "keeper-config", keepDefaultConfig, "status: also show the keeper's tiers from this config when it exists (\"\" for none)")
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 || (o.logFmt != "text" && o.logFmt != "json") {
 		usage(stderr)
 		return exitUsage
@@ -97,7 +104,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "watch":
 		return runWatch(cfg, o.config, log)
 	case "status":
-		return runStatus(cfg, o.asJSON, log, stdout)
+		return runStatus(cfg, o, log, stdout)
 	}
 	usage(stderr)
 	return exitUsage
@@ -188,8 +195,9 @@ func forwardSignals(ctx context.Context, sigs <-chan os.Signal, cancel func(), h
 	}
 }
 
-// runStatus prints what a pass would route, without writing anything.
-func runStatus(cfg upstreams.Config, asJSON bool, log hclog.Logger, stdout io.Writer) int {
+// runStatus prints what a pass would route, without writing anything, and
+// (as text) the keeper's tiers when its config exists.
+func runStatus(cfg upstreams.Config, o options, log hclog.Logger, stdout io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	rep, _, err := newUpdater(cfg, log).Evaluate(ctx)
@@ -197,8 +205,24 @@ func runStatus(cfg upstreams.Config, asJSON bool, log hclog.Logger, stdout io.Wr
 		log.Error("status", "error", err)
 		return exitFailed
 	}
-	if err := upstreams.WriteStatus(stdout, rep, asJSON); err != nil {
+	if err := upstreams.WriteStatus(stdout, rep, o.asJSON); err != nil {
 		log.Error("status", "error", err)
+		return exitFailed
+	}
+	if o.asJSON || o.keeperConfig == "" {
+		return exitOK // the keeper's JSON is `llm-upstreams keep status --json`
+	}
+	if _, err := os.Stat(o.keeperConfig); err != nil {
+		return exitOK // no keeper on this controller
+	}
+	kcfg, err := keeper.Load(o.keeperConfig)
+	if err != nil {
+		log.Warn("keeper status", "error", err)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "\nKEEPER (%s)\n", o.keeperConfig)
+	if err := keeper.WriteStatus(stdout, keeper.New(kcfg, keeper.Options{Log: log}).Status(ctx), time.Now(), false); err != nil {
+		log.Error("keeper status", "error", err)
 		return exitFailed
 	}
 	return exitOK

@@ -32,6 +32,13 @@ func TestRunExitCodes(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	noKeeper := filepath.Join(dir, "no-keeper.toml") // never written: no keeper here
+	keeperConf := filepath.Join(dir, "keeper.toml")
+	keeperText := "state_dir = \"" + filepath.Join(dir, "keeper") + "\"\nscheduler_timeout = \"1s\"\n" +
+		"[tiers.fast]\nscript = \"/bin/true\"\n"
+	if err := os.WriteFile(keeperConf, []byte(keeperText), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	bad := filepath.Join(dir, "bad.toml")
 	if err := os.WriteFile(bad, []byte("endpoint_dir = \"/e\"\nsweep = \"1s\"\n[tiers.fast]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -53,8 +60,9 @@ func TestRunExitCodes(t *testing.T) {
 		{name: "unknown config key", args: []string{"status", "--config", bad}, code: exitUsage, stderr: "bad.toml:2: unknown key sweep"},
 		{name: "sync, nginx test fails", args: []string{"sync", "--config", failing}, code: exitFailed, stderr: "nginx config test failed"},
 		{name: "sync", args: []string{"sync", "--config", good}, code: exitOK, stderr: "reloaded=true"},
-		{name: "status", args: []string{"status", "--config", good}, code: exitOK, stdout: "none (503)"},
-		{name: "status json", args: []string{"status", "--json", "--config", good}, code: exitOK, stdout: `"tiers"`},
+		{name: "status", args: []string{"status", "--config", good, "--keeper-config", noKeeper}, code: exitOK, stdout: "none (503)"},
+		{name: "status json", args: []string{"status", "--json", "--config", good, "--keeper-config", noKeeper}, code: exitOK, stdout: `"tiers"`},
+		{name: "status with the keeper", args: []string{"status", "--config", good, "--keeper-config", keeperConf}, code: exitOK, stdout: "KEEPER (" + keeperConf + ")\nTIER"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
