@@ -42,10 +42,10 @@ func runRPCServer(cfg config, stderr io.Writer) int {
 			"         This is an experimental feature and is not secure!\n"+
 			"!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n", cfg.host)
 	}
-	ln, err := listenBacklog1(cfg.host, cfg.port)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: failed to start RPC server: %v\n", err)
-		return 1
+	ln, err := createServerSocket(cfg.host, cfg.port, stderr)
+	if err != nil { // real: start_server returns and main returns 0
+		fmt.Fprintf(stderr, "Failed to create server socket\n")
+		return 0
 	}
 	defer ln.Close()
 	fmt.Fprintf(stderr, "Starting RPC server v%s\n  endpoint       : %s\n  local cache    : n/a\n"+
@@ -76,38 +76,32 @@ func ignoreSIGTERM(stderr io.Writer) {
 	}()
 }
 
-// listenBacklog1 listens like ggml-rpc-server does: listen(fd, 1). Go's net.Listen would
-// use somaxconn, and then a TCP probe would never hang behind an attached head (fact 12).
-func listenBacklog1(host string, port int) (net.Listener, error) {
-	addr, err := net.ResolveTCPAddr("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
-	if err != nil {
-		return nil, fmt.Errorf("resolve %s:%d: %w", host, port, err)
-	}
-	family, sa := syscall.AF_INET, syscall.Sockaddr(nil)
-	if ip4 := addr.IP.To4(); ip4 != nil || addr.IP == nil {
-		in := &syscall.SockaddrInet4{Port: port}
-		copy(in.Addr[:], ip4)
-		sa = in
-	} else {
-		family = syscall.AF_INET6
-		in := &syscall.SockaddrInet6{Port: port}
-		copy(in.Addr[:], addr.IP.To16())
-		sa = in
-	}
-	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+// createServerSocket is ggml-rpc's create_server_socket: an AF_INET socket,
+// SO_REUSEADDR, the host through inet_addr (a name or IPv6 literal prints
+// "Invalid host address: HOST"), bind and listen(fd, 1). Go's net.Listen would
+// use somaxconn, and then a TCP probe would never hang behind an attached head
+// (fact 12).
+func createServerSocket(host string, port int, stderr io.Writer) (net.Listener, error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socket: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "rpc-listener")
 	defer f.Close() // net.FileListener holds its own dup
 	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		fmt.Fprintf(stderr, "Failed to set SO_REUSEADDR\n")
 		return nil, fmt.Errorf("setsockopt SO_REUSEADDR: %w", err)
 	}
-	if err := syscall.Bind(fd, sa); err != nil {
-		return nil, fmt.Errorf("bind %s: %w", addr, err)
+	ip, ok := inetAddr(host)
+	if !ok {
+		fmt.Fprintf(stderr, "Invalid host address: %s\n", host)
+		return nil, fmt.Errorf("inet_addr %q: invalid", host)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: ip}); err != nil {
+		return nil, fmt.Errorf("bind %s:%d: %w", host, port, err)
 	}
 	if err := syscall.Listen(fd, 1); err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
+		return nil, fmt.Errorf("listen %s:%d: %w", host, port, err)
 	}
 	ln, err := net.FileListener(f)
 	if err != nil {
