@@ -164,11 +164,12 @@ func (p *proc) killedBy(t testing.TB) syscall.Signal {
 	return 0
 }
 
-// startWorker starts an rpc-server on a free loopback port and returns it and its address.
+// startWorker starts an rpc-server on a free loopback port and returns it and its address
+// (from the fake's own "listening" line for -p 0: the banner comes before the bind).
 func startWorker(t testing.TB, args ...string) (*proc, string) {
 	t.Helper()
 	p := start(t, "rpc-server", append([]string{"-H", "127.0.0.1", "-p", "0"}, args...)...)
-	return p, p.waitLog(t, `endpoint\s+: (\S+)`)
+	return p, p.waitLog(t, `fake-llama: listening on (\S+) \(-p 0\)`)
 }
 
 // startHead starts a llama-server on a free loopback port and returns it and its base URL.

@@ -23,11 +23,15 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args, os.Stderr))
+	stdout := newStdio(os.Stdout)
+	code := run(os.Args, stdout, os.Stderr)
+	_ = stdout.Flush() // exit() flushes stdio
+	os.Exit(code)
 }
 
-// run picks the mode, parses its flags and runs it; the result is the exit code.
-func run(argv []string, stderr io.Writer) int {
+// run picks the mode, parses its flags and runs it; the result is the exit
+// code. stdout is C's buffered stdout: flush it where the real program fflush'es.
+func run(argv []string, stdout stdioWriter, stderr io.Writer) int {
 	mode, args, err := selectMode(argv)
 	if err != nil {
 		fmt.Fprintf(stderr, "fake-llama: %v\n", err)
@@ -53,7 +57,7 @@ func run(argv []string, stderr io.Writer) int {
 		})
 	}
 	if mode == modeRPC {
-		return runRPCServer(cfg, stderr)
+		return runRPCServer(cfg, stdout, stderr)
 	}
 	return runServer(cfg, stderr)
 }

@@ -105,9 +105,9 @@ func TestArgv0SelectsMode(t *testing.T) {
 		wantLog string
 	}{
 		{name: "ggml-rpc-server", bin: "ggml-rpc-server", args: []string{"-p", "0"},
-			wantLog: `Starting RPC server v`},
+			wantLog: `fake-llama: listening on `},
 		{name: "rpc-server", bin: "rpc-server", args: []string{"-H", "127.0.0.1", "-p", "0"},
-			wantLog: `Starting RPC server v`},
+			wantLog: `fake-llama: listening on `},
 		{name: "llama-server", bin: "llama-server",
 			args:    []string{"--port", "0", "-m", "x.gguf", "-ngl", "99", "--mlock"},
 			wantLog: `HTTP server is listening`},

@@ -24,16 +24,17 @@ const (
 	fakeTotalMiB = 16384
 )
 
-// runRPCServer is ggml-rpc-server: listen with backlog 1, serve one client at a time.
-func runRPCServer(cfg config, stderr io.Writer) int {
+// runRPCServer is ggml-rpc-server: main warns about a non-loopback host, then
+// start_server printf's its banner and devices to stdout (buffered: through a
+// pipe it shows only at the first fflush, when a client is accepted), sets up
+// the devices (--fake-startup-delay), and only then binds and listens with
+// backlog 1, serving one client at a time. The banner never meant "listening".
+func runRPCServer(cfg config, stdout stdioWriter, stderr io.Writer) int {
 	switch {
 	case sigtermBlocked(): // SIGINT still kills it, as it does the real one
 		holdSIGTERM(stderr)
 	case cfg.ignoreTerm:
 		ignoreSIGTERM(stderr)
-	}
-	if cfg.startupDelay > 0 {
-		time.Sleep(cfg.startupDelay)
 	}
 	if cfg.host != "127.0.0.1" {
 		fmt.Fprintf(stderr, "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"+
@@ -42,25 +43,38 @@ func runRPCServer(cfg config, stderr io.Writer) int {
 			"         This is an experimental feature and is not secure!\n"+
 			"!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n", cfg.host)
 	}
+	fmt.Fprintf(stdout, "Starting RPC server v%s\n  endpoint       : %s:%d\n  local cache    : n/a\n"+
+		"Devices:\n  CPU: fake CPU (%d MiB, %d MiB free)\n",
+		cfg.rpcVersion, cfg.host, cfg.port, fakeTotalMiB, fakeFreeMiB)
+	if cfg.startupDelay > 0 { // device setup
+		time.Sleep(cfg.startupDelay)
+	}
 	ln, err := createServerSocket(cfg.host, cfg.port, stderr)
 	if err != nil { // real: start_server returns and main returns 0
 		fmt.Fprintf(stderr, "Failed to create server socket\n")
 		return 0
 	}
 	defer ln.Close()
-	fmt.Fprintf(stderr, "Starting RPC server v%s\n  endpoint       : %s\n  local cache    : n/a\n"+
-		"Devices:\n  CPU: fake CPU (%d MiB, %d MiB free)\n",
-		cfg.rpcVersion, ln.Addr(), fakeTotalMiB, fakeFreeMiB)
+	if cfg.port == 0 { // the fake's own: real rejects -p 0
+		fmt.Fprintf(stderr, "fake-llama: listening on %s (-p 0)\n", ln.Addr())
+	}
+	return acceptLoop(ln, cfg.rpcVersion, stdout, stderr)
+}
+
+// acceptLoop serves one client after another, fflush'ing stdout at each as real does.
+func acceptLoop(ln net.Listener, version string, stdout stdioWriter, stderr io.Writer) int {
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
-			fmt.Fprintf(stderr, "error: accept: %v\n", err)
-			return 1
+			fmt.Fprintf(stderr, "Failed to accept client connection\n")
+			return 0
 		}
-		fmt.Fprintf(stderr, "Accepted client connection\n")
-		serveRPCClient(conn, cfg.rpcVersion, stderr)
+		fmt.Fprintf(stdout, "Accepted client connection\n")
+		_ = stdout.Flush()
+		serveRPCClient(conn, version, stderr)
 		conn.Close()
-		fmt.Fprintf(stderr, "Client connection closed\n")
+		fmt.Fprintf(stdout, "Client connection closed\n")
+		_ = stdout.Flush()
 	}
 }
 

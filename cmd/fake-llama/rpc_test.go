@@ -37,17 +37,31 @@ func (c *rpcClient) call(line string, timeout time.Duration) (string, error) {
 	return strings.TrimSpace(reply), err
 }
 
-// Fact 11: the worker prints its version and endpoint, and one line per client.
+// Fact 11: real rpc-server printf's its banner, endpoint and devices to stdout and
+// fflush'es only at "Accepted client connection" / "Client connection closed", so
+// through a pipe the banner shows at the first client, not when it listens.
 func TestRPCServerPrintsLikeReal(t *testing.T) {
 	w, addr := startWorker(t)
-	w.waitLog(t, `Starting RPC server v3\.0\.0`)
+	if out := w.out.String(); strings.Contains(out, "Starting RPC server") {
+		t.Fatalf("banner shown through a pipe before any client (real stdout is fully buffered):\n%s", out)
+	}
 	c := dialRPC(t, addr)
 	if reply, err := c.call("HELLO 3.0.0", waitTimeout); err != nil || reply != "OK 3.0.0" {
 		t.Fatalf("HELLO = %q, %v; want OK 3.0.0", reply, err)
 	}
-	w.waitLog(t, `Accepted client connection`)
+	w.waitLog(t, `(?s)Starting RPC server v3\.0\.0\n  endpoint       : 127\.0\.0\.1:0\n.*Accepted client connection`)
 	c.conn.Close()
 	w.waitLog(t, `Client connection closed`)
+}
+
+// Real start_server prints the banner before it sets up devices and binds:
+// with a -H it cannot bind, the banner is still printed (and, buffered, shows
+// when exit() flushes it, after the errors on stderr).
+func TestRPCServerBannerBeforeBind(t *testing.T) {
+	w := start(t, "rpc-server", "-H", "node1-ib", "-p", "50052")
+	w.waitExit(t)
+	w.waitLog(t, `(?s)Invalid host address: node1-ib\nFailed to create server socket\n`+
+		`Starting RPC server v\S+\n  endpoint       : node1-ib:50052\n`)
 }
 
 // Fact 12: one client at a time; a second head waits until the first hangs up.
@@ -128,7 +142,7 @@ func TestRPCWarnsUnlessLoopback(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := start(t, "rpc-server", "-H", tt.host, "-p", "0")
-			w.waitLog(t, `endpoint\s+: `)
+			w.waitLog(t, `fake-llama: listening on `)
 			got := strings.Contains(w.out.String(), "WARNING: Host ('"+tt.host+"') is != '127.0.0.1'")
 			if got != tt.wantWarn {
 				t.Errorf("warning printed = %v, want %v", got, tt.wantWarn)

@@ -19,9 +19,9 @@ func TestShieldedSIGTERMHeldSIGINTStops(t *testing.T) {
 		{name: "head", mode: "server", args: []string{"--host", "127.0.0.1", "--port", "0", "--fake-term-delay", "10ms"},
 			ready: `HTTP server is listening, hostname: \S+, port: (\d+)`, wantCode: 0},
 		{name: "worker", mode: "rpc-server", args: []string{"-H", "127.0.0.1", "-p", "0"},
-			ready: `endpoint\s+: (\S+)`, wantCode: 128 + int(syscall.SIGINT)},
+			ready: `fake-llama: listening on (\S+) \(-p 0\)`, wantCode: 128 + int(syscall.SIGINT)},
 		{name: "worker ignoring SIGTERM", mode: "rpc-server", args: []string{"-H", "127.0.0.1", "-p", "0", "--fake-ignore-sigterm"},
-			ready: `endpoint\s+: (\S+)`, wantCode: 128 + int(syscall.SIGINT)},
+			ready: `fake-llama: listening on (\S+) \(-p 0\)`, wantCode: 128 + int(syscall.SIGINT)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
