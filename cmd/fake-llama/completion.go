@@ -29,6 +29,7 @@ type job struct {
 	model  string
 	prompt int // prompt tokens
 	n      int // tokens to generate
+	slots  *slotTable
 }
 
 // errCut means SIGTERM cut the completion (fact 15).
@@ -54,16 +55,25 @@ func (s *server) serveCompletion(w http.ResponseWriter, r *http.Request, f forma
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON: %v", err), "invalid_request_error")
 		return
 	}
-	slot, err := s.slots.acquire(r.Context())
+	slots := s.slots
+	if s.router != nil { // real proxy_post: the body names the model
+		var err error
+		if slots, err = s.router.use(r.Context(), req.Model); err != nil {
+			writeRouteError(w, err)
+			return
+		}
+	}
+	slot, err := slots.acquire(r.Context())
 	if err != nil {
 		return // the client went away while deferred
 	}
-	defer s.slots.release(slot)
+	defer slots.release(slot)
 	j := s.newJob(req, f)
+	j.slots = slots
 	if err := computeAll(s.workers, j.prompt); err != nil {
 		s.abort(w, err)
 	}
-	s.slots.addTokens(j.prompt, 0)
+	j.slots.addTokens(j.prompt, 0)
 	if req.Stream {
 		s.streamCompletion(w, r, j)
 		return
@@ -113,7 +123,7 @@ func (s *server) generate(ctx context.Context, w http.ResponseWriter, j job, emi
 		if err := computeAll(s.workers, 1); err != nil {
 			s.abort(w, err)
 		}
-		s.slots.addTokens(0, 1)
+		j.slots.addTokens(0, 1)
 		if err := emit(i); err != nil {
 			return err
 		}

@@ -127,7 +127,7 @@ const defaultRPCVersion = "3.0.0"
 // parseConfig turns the mode's arguments into a config with llama.cpp's defaults.
 func parseConfig(mode string, args []string) (config, error) {
 	tables := []map[string]flagDef{commonFlags, serverFlags}
-	cfg := config{mode: mode, host: "127.0.0.1", port: 8080, parallel: 1, tokenRate: 50,
+	cfg := config{mode: mode, host: "127.0.0.1", port: 8080, parallel: 1, modelsMax: 4, tokenRate: 50,
 		tokens: 16, hangOnTermStreaming: true, termDelay: 100 * time.Millisecond,
 		rpcVersion: defaultRPCVersion}
 	if mode == modeRPC {

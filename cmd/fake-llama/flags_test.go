@@ -9,7 +9,7 @@ import (
 
 // Configs written for real llama.cpp must run unchanged against the fake.
 func TestParseConfigTolerant(t *testing.T) {
-	base := config{mode: modeServer, host: "127.0.0.1", port: 8080, parallel: 1, tokenRate: 50,
+	base := config{mode: modeServer, host: "127.0.0.1", port: 8080, parallel: 1, modelsMax: 4, tokenRate: 50,
 		tokens: 16, hangOnTermStreaming: true, termDelay: 100 * time.Millisecond,
 		rpcVersion: defaultRPCVersion}
 	with := func(f func(c *config)) config { c := base; f(&c); return c }

@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +19,8 @@ import (
 type server struct {
 	cfg     config
 	log     io.Writer
-	slots   *slotTable
+	slots   *slotTable  // the model's slots; in router mode each model has its own
+	router  *router     // router mode (--models-dir), else nil
 	ready   atomic.Bool // set once the model is "loaded"; workers is read only after
 	workers []*worker
 	ln      net.Listener
@@ -34,6 +33,9 @@ type server struct {
 // runServer is llama-server: listen, "load the model" (attach workers, wait), then serve.
 func runServer(cfg config, stderr io.Writer) int {
 	s := &server{cfg: cfg, log: stderr, slots: newSlotTable(cfg.parallel), cut: make(chan struct{})}
+	if cfg.modelsDir != "" {
+		s.router = newRouter(cfg.modelsDir, cfg.modelsMax, cfg.parallel, cfg.loadTime)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, stopSignals(stderr)...)
 	if cfg.startupDelay > 0 {
@@ -78,7 +80,7 @@ func (s *server) load(port int) {
 			fmt.Fprintf(s.log, "main: attached RPC server %s\n", w.addr)
 		}
 	}
-	if rest := s.cfg.loadTime - time.Since(start); rest > 0 {
+	if rest := s.cfg.loadTime - time.Since(start); rest > 0 && s.router == nil { // a router loads per model
 		time.Sleep(rest)
 	}
 	s.ready.Store(true)
@@ -123,14 +125,8 @@ func (s *server) handleHealth(w http.ResponseWriter, r *http.Request) {
 // modelNames is --alias, else the -m file's base name; in router mode (--models-dir)
 // the *.gguf files of that directory without the extension, sorted.
 func (s *server) modelNames() []string {
-	if s.cfg.modelsDir != "" {
-		paths, _ := filepath.Glob(filepath.Join(s.cfg.modelsDir, "*.gguf"))
-		var names []string
-		for _, p := range paths {
-			names = append(names, strings.TrimSuffix(filepath.Base(p), ".gguf"))
-		}
-		sort.Strings(names)
-		return names
+	if s.router != nil {
+		return s.router.names
 	}
 	switch {
 	case s.cfg.alias != "":
@@ -142,6 +138,10 @@ func (s *server) modelNames() []string {
 }
 
 func (s *server) handleModels(w http.ResponseWriter, r *http.Request) {
+	if s.router != nil {
+		writeJSON(w, http.StatusOK, s.router.list())
+		return
+	}
 	type entry = map[string]any
 	models, data := []entry{}, []entry{}
 	for _, name := range s.modelNames() {
@@ -153,14 +153,33 @@ func (s *server) handleModels(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, entry{"models": models, "object": "list", "data": data})
 }
 
+// slotsFor is the slot table a GET answers for: the server's own, or in
+// router mode the one of the model ?model= names (loaded first if need be), as
+// real router's proxy_get does. It answers the refusal itself when there is none.
+func (s *server) slotsFor(w http.ResponseWriter, r *http.Request) (*slotTable, bool) {
+	if s.router == nil {
+		return s.slots, true
+	}
+	t, err := s.router.use(r.Context(), r.URL.Query().Get("model"))
+	if err != nil {
+		writeRouteError(w, err)
+		return nil, false
+	}
+	return t, true
+}
+
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	slots, ok := s.slotsFor(w, r)
+	if !ok {
+		return
+	}
 	if !s.cfg.metrics {
 		writeError(w, http.StatusNotImplemented,
 			"This server does not support metrics endpoint. Start it with `--metrics`",
 			"not_supported_error")
 		return
 	}
-	st := s.slots.stats()
+	st := slots.stats()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	metric := func(name, kind, help string, v int) {
 		fmt.Fprintf(w, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %d\n",
@@ -174,7 +193,11 @@ func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleSlots(w http.ResponseWriter, r *http.Request) {
-	st := s.slots.stats()
+	slots, ok := s.slotsFor(w, r)
+	if !ok {
+		return
+	}
+	st := slots.stats()
 	out := make([]map[string]any, len(st.busy))
 	for i, busy := range st.busy {
 		out[i] = map[string]any{"id": i, "id_task": -1, "n_ctx": 4096, "is_processing": busy}

@@ -42,8 +42,8 @@ func (e *sseWriter) sendRaw(data string) error {
 // streamCompletion streams one event per token and a closing event (then `data: [DONE]`
 // for chat). A SIGTERM cut closes the connection with neither (fact 15).
 func (s *server) streamCompletion(w http.ResponseWriter, r *http.Request, j job) {
-	s.slots.addStream(1)
-	defer s.slots.addStream(-1)
+	j.slots.addStream(1)
+	defer j.slots.addStream(-1)
 	ev := newSSEWriter(w)
 	if first := j.format.first(j); first != nil {
 		if err := ev.send(first); err != nil {

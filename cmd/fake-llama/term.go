@@ -20,7 +20,7 @@ func (s *server) watchSignals(sigs <-chan os.Signal) {
 			continue
 		}
 		fmt.Fprintf(s.log, "srv    operator(): operator(): cleaning up before exit...\n")
-		streaming := s.slots.stats().streams > 0
+		streaming := s.slots.stats().streams > 0 || (s.router != nil && s.router.streams() > 0)
 		s.ln.Close()
 		if streaming && s.cfg.hangOnTermStreaming {
 			close(s.cut)
