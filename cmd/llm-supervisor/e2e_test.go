@@ -148,7 +148,6 @@ port = %d
 command = ["%s/fake-llama", "rpc-server", "--host", "{addr}", "--port", "{port}"]
 port = %d
 port_step = 1
-ready_pattern = "Starting RPC server"
 
 [timeouts]
 worker_start = "30s"
