@@ -99,6 +99,13 @@ func (c *Client) location() *time.Location {
 
 // run runs argv under the client's timeout and classifies a failure.
 func (c *Client) run(ctx context.Context, argv ...string) (string, error) {
+	out, _, err := c.runBoth(ctx, argv...)
+	return out, err
+}
+
+// runBoth is run that also returns what a command that succeeded printed
+// on stderr (sbatch --test-only answers there).
+func (c *Client) runBoth(ctx context.Context, argv ...string) (string, string, error) {
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -111,9 +118,9 @@ func (c *Client) run(ctx context.Context, argv ...string) (string, error) {
 	}
 	stdout, stderr, err := runner(ctx, argv)
 	if err == nil {
-		return string(stdout), nil
+		return string(stdout), string(stderr), nil
 	}
-	return "", classify(ctx, argv, strings.TrimSpace(string(stderr)), err)
+	return "", "", classify(ctx, argv, strings.TrimSpace(string(stderr)), err)
 }
 
 // unavailableMarks are what Slurm's clients print when the controller did not

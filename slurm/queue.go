@@ -190,6 +190,9 @@ func (j QueuedJob) Held() bool {
 type Partition struct {
 	Name         string
 	PriorityTier int
+	// Nodes are the partition's nodes, expanded (the grow check: a job
+	// pending in a partition that holds a node is waiting for that node).
+	Nodes []string
 }
 
 // Partitions lists the partitions with one `scontrol -o show partition`.
@@ -212,7 +215,11 @@ func (c *Client) Partitions(ctx context.Context) (map[string]Partition, error) {
 		if err != nil {
 			return nil, fmt.Errorf("partitions: %s: PriorityTier=%q: %w", name, kv["PriorityTier"], err)
 		}
-		parts[name] = Partition{Name: name, PriorityTier: tier}
+		nodes, err := ExpandHostlist(nullToEmpty(kv["Nodes"]))
+		if err != nil {
+			return nil, fmt.Errorf("partitions: %s: Nodes=%q: %w", name, kv["Nodes"], err)
+		}
+		parts[name] = Partition{Name: name, PriorityTier: tier, Nodes: nodes}
 	}
 	if len(parts) == 0 {
 		return nil, errors.New("partitions: scontrol listed none")

@@ -135,7 +135,9 @@ func TestPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]Partition{"gpu_ai": {Name: "gpu_ai", PriorityTier: 1}, "gpu_vasp": {Name: "gpu_vasp", PriorityTier: 10}}
+	nodes := []string{"node1", "node2", "node3"}
+	want := map[string]Partition{"gpu_ai": {Name: "gpu_ai", PriorityTier: 1, Nodes: nodes},
+		"gpu_vasp": {Name: "gpu_vasp", PriorityTier: 10, Nodes: nodes}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("partitions (-want +got):\n%s", d)
 	}
@@ -145,6 +147,10 @@ func TestPartitions(t *testing.T) {
 	c = &Client{Run: fakeSqueue(squeueReply{stdout: "PartitionName=x PriorityTier=high\n"}, &argv)}
 	if _, err := c.Partitions(context.Background()); err == nil {
 		t.Error("unreadable PriorityTier: want an error")
+	}
+	c = &Client{Run: fakeSqueue(squeueReply{stdout: "PartitionName=x PriorityTier=1 Nodes=n[1-\n"}, &argv)}
+	if _, err := c.Partitions(context.Background()); err == nil {
+		t.Error("unreadable Nodes: want an error")
 	}
 }
 
