@@ -88,3 +88,10 @@ type Endpoint struct {
 
 // FileName is the base name of the endpoint file for a tier and job.
 func FileName(tier, jobID string) string { return tier + "-" + jobID + ".json" }
+
+// IdleExitEnv is the environment variable the keeper sets on an extra
+// replica's job (sbatch --export=ALL,...): its supervisor drains and ends
+// the job after serving this long with no request in flight (a Go
+// duration, "300s"). Part of the contract between the two sides, like
+// the file.
+const IdleExitEnv = "SLURM_LLM_IDLE_EXIT"

@@ -195,13 +195,17 @@ func rigPlan(t *testing.T, workers int) *tier.Plan {
 }
 
 // newFakeRig starts a runner for plan; Cleanup cancels it.
-func newFakeRig(t *testing.T, plan *tier.Plan) *fakeRig {
+func newFakeRig(t *testing.T, plan *tier.Plan, more ...func(*Options)) *fakeRig {
 	g := &fakeRig{t: t, clk: clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)),
 		l: &fakeLauncher{}, head: &fakeHead{health: 200}, plan: plan,
 		events: make(chan Event, 1000), done: make(chan error, 1)}
-	r, err := New(plan, Options{Launcher: g.l, Clock: g.clk, Rand: func() float64 { return 0.5 },
+	opts := Options{Launcher: g.l, Clock: g.clk, Rand: func() float64 { return 0.5 },
 		HTTPClient: &http.Client{Transport: g.head}, RunID: "0123456789abcdef",
-		Observer: func(e Event) { g.events <- e }})
+		Observer: func(e Event) { g.events <- e }}
+	for _, m := range more {
+		m(&opts)
+	}
+	r, err := New(plan, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

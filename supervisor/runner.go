@@ -65,7 +65,21 @@ type Options struct {
 	// context 65536"). Zero for other tiers.
 	Term    int
 	Serving string
+	// IdleExit, when positive, ends the tier after it has served this long
+	// with no request in flight: an ordered stop (ReasonIdle) whose drain
+	// first waits IdleUnroute for the controller to stop routing to it.
+	// The keeper sets it on extra replicas (SLURM_LLM_IDLE_EXIT).
+	IdleExit time.Duration
+	// IdleUnroute is how long an idle stop waits, draining, before it may
+	// end (the controller's reload after the endpoint went draining);
+	// 0 means DefaultIdleUnroute.
+	IdleUnroute time.Duration
 }
+
+// DefaultIdleUnroute: llm-upstreams watch reloads nginx within about a
+// second of an endpoint going draining; a request nginx sent before that
+// is counted in flight by then.
+const DefaultIdleUnroute = 3 * time.Second
 
 // StopReason says why the tier is asked to stop; it is published as the
 // endpoint's reason while draining.
@@ -80,6 +94,8 @@ const (
 	// ReasonSuperseded: a newer run of the same job owns the endpoint file;
 	// this run is stale (its node was cut off, Slurm moved on).
 	ReasonSuperseded StopReason = "superseded by a newer run"
+	// ReasonIdle: an extra replica served nothing for Options.IdleExit.
+	ReasonIdle StopReason = "idle"
 )
 
 // StopRequest asks a running tier for an ordered stop. SkipDrain skips the
@@ -118,7 +134,10 @@ type Runner struct {
 	restartAt time.Time
 	models    []string
 	// inFlight is the head's last count of requests in flight; nil when unknown.
-	inFlight  *int
+	inFlight *int
+	// idleSince is when the head, serving, was first counted with nothing
+	// in flight since (zero: busy, unknown, or not serving).
+	idleSince time.Time
 	drain     drainState
 	err       error
 	poll      clock.Ticker

@@ -130,6 +130,51 @@ func TestInFlightPublished(t *testing.T) {
 	g.advanceFor("in flight unknown", func() bool { return inFlight() == nil }, 500*time.Millisecond)
 }
 
+// An extra replica (Options.IdleExit) ends after serving that long with
+// nothing in flight: busy time does not count, the endpoint goes draining
+// with reason "idle", and the run ends only after the unroute wait, and
+// only once a request that came meanwhile is done.
+func TestIdleExit(t *testing.T) {
+	const idle = time.Minute
+	g := newFakeRig(t, rigPlan(t, 1), func(o *Options) { o.IdleExit, o.IdleUnroute = idle, 5*time.Second })
+	g.ready()
+	start := g.clk.Now()
+	g.head.setMetrics(0)
+	g.advanceFor("idle half a minute", func() bool { return g.clk.Now().Sub(start) >= idle/2 }, time.Second)
+	g.head.setMetrics(2) // busy: the idle clock restarts
+	g.advanceFor("busy a while", func() bool { return g.clk.Now().Sub(start) >= idle }, time.Second)
+	busyEnd := g.clk.Now()
+	g.head.setMetrics(0)
+	g.advanceUntil("draining after idle_exit", state(StateDraining), time.Second)
+	if took := g.clk.Now().Sub(busyEnd); took < idle || took > idle+3*time.Second {
+		t.Errorf("drained %s after the last request, want about %s", took, idle)
+	}
+	drainAt := g.clk.Now()
+	g.advanceFor("endpoint draining, reason idle", func() bool {
+		e, ok := g.file()
+		return ok && e.State == endpoints.StateDraining && e.Reason == string(ReasonIdle)
+	}, 100*time.Millisecond)
+	g.head.setMetrics(1) // nginx sent one more before it unrouted
+	g.advanceFor("the late request runs past the unroute wait", func() bool { return g.clk.Now().Sub(drainAt) >= 8*time.Second }, 500*time.Millisecond)
+	if g.l.last("head").how() != "" {
+		t.Fatalf("head stopped with a request in flight (%s)", g.l.last("head").how())
+	}
+	g.head.setMetrics(0)
+	g.advanceUntil("stopped once it is done", state(StateStopped), 500*time.Millisecond)
+}
+
+// Without IdleExit, an idle tier never stops.
+func TestNoIdleExitByDefault(t *testing.T) {
+	g := newFakeRig(t, rigPlan(t, 1))
+	g.ready()
+	g.head.setMetrics(0)
+	start := g.clk.Now()
+	g.advanceFor("an hour idle", func() bool { return g.clk.Now().Sub(start) >= time.Hour-time.Minute }, 5*time.Second)
+	if e, ok := g.file(); !ok || e.State != endpoints.StateReady {
+		t.Errorf("after an idle hour: %+v (file %v), want ready", e, ok)
+	}
+}
+
 // Regression: every run of a job writes the same endpoint path, and a stale
 // run (its node cut off) overwrote and then removed the new run's file. A
 // run finding a newer run's file leaves it alone and stops itself.

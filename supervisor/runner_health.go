@@ -118,6 +118,9 @@ func (r *Runner) handleHealth(m healthMsg) {
 		if r.stalled(now, *m.load) {
 			return
 		}
+		if r.idleTooLong(now, *m.load) {
+			return
+		}
 	}
 	if m.models != nil && !slices.Equal(m.models, r.models) {
 		r.models = m.models
@@ -210,4 +213,27 @@ func (r *Runner) headReady(now time.Time) {
 	r.emit(Event{Kind: EventReady, Process: r.head.spec.Name, Reason: "/health 200"})
 	r.policy.Healthy(now)
 	r.setState(StateReady, "head answers /health")
+}
+
+// idleTooLong ends a tier that has an idle exit (an extra replica) once
+// its head, serving, has counted nothing in flight for that long: it
+// drains like any ordered stop (ReasonIdle). A count that fails is not
+// idle. It reports whether the stop began.
+func (r *Runner) idleTooLong(now time.Time, l loadMsg) bool {
+	switch {
+	case r.opts.IdleExit <= 0:
+		return false
+	case r.state != StateReady || l.err != nil || l.metrics.InFlight > 0:
+		r.idleSince = time.Time{}
+		return false
+	case r.idleSince.IsZero():
+		r.idleSince = now
+		return false
+	case now.Sub(r.idleSince) < r.opts.IdleExit:
+		return false
+	}
+	r.log.Info("idle: nothing in flight, ending this extra replica", "idle_for", now.Sub(r.idleSince).Round(time.Second),
+		"idle_exit", r.opts.IdleExit)
+	r.handleStop(StopRequest{Reason: ReasonIdle, Since: now})
+	return true
 }

@@ -21,6 +21,9 @@ type drainState struct {
 	checking bool
 	// unsure: the last in-flight check failed (logged once until one succeeds).
 	unsure bool
+	// notBefore: an idle stop does not end before this, even with nothing
+	// in flight (the controller is still unrouting the endpoint).
+	notBefore time.Time
 }
 
 // inFlightMsg is the head's count of requests in flight (draining, or the
@@ -51,6 +54,16 @@ func (r *Runner) handleStop(req StopRequest) {
 	}
 	split := r.plan.Split(stopMargin(r.opts.Launcher))
 	r.drain = drainState{req: req, since: since, deadline: since.Add(split.InFlight)}
+	if req.Reason == ReasonIdle {
+		// Nothing hurries an idle stop: it waits for the controller to
+		// unroute it first, and then for any request that came meanwhile.
+		unroute := r.opts.IdleUnroute
+		if unroute <= 0 {
+			unroute = DefaultIdleUnroute
+		}
+		r.drain.notBefore = since.Add(unroute)
+		r.drain.deadline = r.drain.deadline.Add(unroute)
+	}
 	r.setState(StateDraining, string(req.Reason))
 	if req.SkipDrain || r.head.phase != phaseReady {
 		r.finish()
@@ -133,6 +146,8 @@ func (r *Runner) handleInFlight(m inFlightMsg) {
 			r.drain.unsure = true
 			r.log.Warn("cannot count requests in flight: waiting as if busy", "until", r.drain.deadline.Format(time.RFC3339Nano), "error", m.err)
 		}
+	case m.n == 0 && r.clock.Now().Before(r.drain.notBefore):
+		r.log.Debug("no request in flight; waiting for the controller to stop routing here", "until", r.drain.notBefore.Format(time.RFC3339Nano))
 	case m.n == 0:
 		r.log.Info("no request in flight")
 		r.finish()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDispatchExitCodes(t *testing.T) {
@@ -68,5 +69,27 @@ func TestHelpExitsZero(t *testing.T) {
 				t.Errorf("stdout = %q, stderr = %q; want the error on stderr only", out.String(), errOut.String())
 			}
 		})
+	}
+}
+
+func TestIdleExitFromEnv(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "SLURM_LLM_IDLE_EXIT" {
+				return v
+			}
+			return ""
+		}
+	}
+	if d, err := idleExitFromEnv(env("")); d != 0 || err != nil {
+		t.Errorf("unset: %v, %v", d, err)
+	}
+	if d, err := idleExitFromEnv(env("300s")); d != 5*time.Minute || err != nil {
+		t.Errorf("300s: %v, %v", d, err)
+	}
+	for _, bad := range []string{"300", "0s", "-1m", "soon"} {
+		if _, err := idleExitFromEnv(env(bad)); err == nil || !strings.Contains(err.Error(), "SLURM_LLM_IDLE_EXIT") {
+			t.Errorf("%q: error %v, want one naming the variable", bad, err)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints"
 	"slurm-llm/slurm"
 	"slurm-llm/supervisor"
 	"slurm-llm/supervisor/elastic"
@@ -81,17 +82,43 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log = log.With("tier", cfg.Tier, "job", alloc.JobID)
-	return supervise(cfg, alloc, sigs, log)
+	idle, err := idleExitFromEnv(os.Getenv)
+	if err != nil {
+		log.Error("invalid environment", "error", err)
+		return exitUsage
+	}
+	if idle > 0 && cfg.Elastic != nil {
+		log.Error("invalid environment", "error", fmt.Sprintf("%s is for extra replicas; an elastic tier's member has none", endpoints.IdleExitEnv))
+		return exitUsage
+	}
+	if idle > 0 {
+		log.Info("extra replica: ends after serving with nothing in flight", "idle_exit", idle)
+	}
+	return supervise(cfg, alloc, idle, sigs, log)
+}
+
+// idleExitFromEnv reads SLURM_LLM_IDLE_EXIT, which the keeper sets on the
+// jobs of extra replicas (a Go duration, at least 1s); unset or empty: 0.
+func idleExitFromEnv(getenv func(string) string) (time.Duration, error) {
+	v := getenv(endpoints.IdleExitEnv)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("%s=%q: want a duration of at least 1s, like \"300s\"", endpoints.IdleExitEnv, v)
+	}
+	return d, nil
 }
 
 // supervise runs the tier of cfg in the job alloc under the job's life
 // (supervisor/job): notices become an ordered stop, and what the notice's
 // cause asks for follows it. It returns the exit code.
-func supervise(cfg *tier.Config, alloc slurm.Allocation, sigs <-chan os.Signal, log hclog.Logger) int {
+func supervise(cfg *tier.Config, alloc slurm.Allocation, idleExit time.Duration, sigs <-chan os.Signal, log hclog.Logger) int {
 	client := &slurm.Client{}
 	life := job.New(job.Options{Alloc: alloc, Slurm: client, Signals: sigs, Tier: cfg.Tier,
 		RunState: job.RunStatePath(cfg.LogDir, cfg.Tier, alloc.JobID), MaxFailedRuns: cfg.Drain.MaxFailedRuns, Log: log})
-	build := func() (job.Tier, error) { return newRunner(cfg, alloc, client, life, log) }
+	build := func() (job.Tier, error) { return newRunner(cfg, alloc, idleExit, client, life, log) }
 	if cfg.Elastic != nil {
 		build = func() (job.Tier, error) { return newMember(cfg, alloc, client, life, log) }
 	}
@@ -113,7 +140,7 @@ const planTimeout = 20 * time.Second
 
 // newRunner plans the tier for the allocation and builds its runner with
 // the srun launcher; Replan rebuilds the plan when a worker node is dropped.
-func newRunner(cfg *tier.Config, alloc slurm.Allocation, client *slurm.Client, life *job.Life, log hclog.Logger) (*supervisor.Runner, error) {
+func newRunner(cfg *tier.Config, alloc slurm.Allocation, idleExit time.Duration, client *slurm.Client, life *job.Life, log hclog.Logger) (*supervisor.Runner, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), planTimeout)
 	defer cancel()
 	plan, in, err := cfg.ForJob(ctx, tier.PlanInput{JobID: alloc.JobID, RestartCount: alloc.RestartCount,
@@ -133,6 +160,7 @@ func newRunner(cfg *tier.Config, alloc slurm.Allocation, client *slurm.Client, l
 		Launcher: launcher,
 		Logger:   log,
 		Observer: life.Observe,
+		IdleExit: idleExit,
 		Replan: func(workers []string) (*tier.Plan, error) {
 			next := in
 			next.Workers = workers
