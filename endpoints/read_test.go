@@ -242,7 +242,7 @@ var safeLine = regexp.MustCompile(`^(#[^\n]*|` +
 	`map \$host \$slurm_llm_[a-z0-9_]+_retry_after \{ default [0-9]{1,6}; \}|` +
 	`upstream slurm_llm_[a-z0-9_]+ \{|` +
 	`    server [A-Za-z0-9.:\[\]-]+ max_fails=1 fail_timeout=10s;|` +
-	`    server 127\.0\.0\.1:9 down;|    keepalive [0-9]+;|\}|)$`)
+	`    server 127\.0\.0\.1:9 down;|    least_conn;|    keepalive [0-9]+;|\}|)$`)
 
 // assertSafeRender fails unless every line of every file is a known shape.
 func assertSafeRender(t *testing.T, ups []Upstream) {

@@ -165,6 +165,9 @@ func renderTier(t TierSpec, servedBy string, servers []Server, meta RenderMeta) 
 	if n == 0 {
 		fmt.Fprintf(&b, "    server %s;\n", fallbackServer)
 	} else {
+		// Replicas of a tier differ in load, not in speed: the one with
+		// the fewest requests in flight gets the next.
+		b.WriteString("    least_conn;\n")
 		fmt.Fprintf(&b, "    keepalive %d;\n", keepaliveConn)
 	}
 	b.WriteString("}\n")
