@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -87,7 +88,8 @@ func keepUsage(w io.Writer) {
 
 func tierUsage(w io.Writer) {
 	fmt.Fprint(w, "usage: llm-upstreams tier disable NAME [--cancel] [--config FILE] [--log-format text|json]\n"+
-		"       llm-upstreams tier enable NAME [--config FILE] [--log-format text|json]\n")
+		"       llm-upstreams tier enable NAME [--config FILE] [--log-format text|json]\n"+
+		"       llm-upstreams tier scale NAME [--min N] [--max M] [--config FILE] [--log-format text|json]\n")
 }
 
 // keepParse parses args with fs, allowing flags after positional
@@ -107,8 +109,9 @@ func keepParse(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // runKeep runs `llm-upstreams keep …`; args are what follows "keep". It
-// runs one pass and one release check (--once, by hand or from cron) or
-// passes every --interval, with release checks between them, until
+// runs one pass, one release check and one scale check (--once, by hand
+// or from cron) or passes every --interval, with release checks (and
+// scale checks, for tiers with replicas) between them, until
 // SIGTERM or SIGINT (llm-keeper.service: under systemd it says
 // READY=1, pings the watchdog from its loop and says STOPPING=1); `keep
 // status` prints each tier's state.
@@ -147,7 +150,11 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 		}
 		res := k.Release(ctx)
 		keeper.LogRelease(log, res)
-		if err != nil || res.Err != nil {
+		_, scaleErr := k.Scale(ctx)
+		if scaleErr != nil {
+			log.Error("scale check had failures", "error", scaleErr)
+		}
+		if err != nil || res.Err != nil || scaleErr != nil {
 			return keepExitFailed
 		}
 		return keepExitOK
@@ -200,11 +207,15 @@ func runTier(args []string, stdout, stderr io.Writer) int {
 	var f keepFlags
 	f.register(fs)
 	cancel := fs.Bool("cancel", false, "disable: also scancel the tier's jobs")
+	minN := fs.Int("min", -1, "scale: replicas kept queued (persists, wins over the config)")
+	maxN := fs.Int("max", -1, "scale: most replicas at once (persists, wins over the config)")
 	rest, err := keepParse(fs, args)
 	if isHelp(err) {
 		return printHelp(fs, tierUsage, stdout)
 	}
-	if err != nil || len(rest) != 2 || (rest[0] != "disable" && rest[0] != "enable") || (*cancel && rest[0] != "disable") {
+	scale := len(rest) == 2 && rest[0] == "scale"
+	if err != nil || len(rest) != 2 || (rest[0] != "disable" && rest[0] != "enable" && !scale) || (*cancel && rest[0] != "disable") ||
+		(scale != (*minN >= 0 || *maxN >= 0)) {
 		tierUsage(stderr)
 		return keepExitUsage
 	}
@@ -216,6 +227,11 @@ func runTier(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	k := keeper.New(cfg, keeper.Options{Log: log})
 	verb, tier := rest[0], rest[1]
+	if scale {
+		return tierExit(log, k.ScaleTier(ctx, tier, *minN, *maxN), func() {
+			fmt.Fprintf(stdout, "tier %s scaled: %s\n", tier, scaleText(*minN, *maxN))
+		})
+	}
 	if verb == "enable" {
 		return tierExit(log, k.EnableTier(ctx, tier), func() { fmt.Fprintf(stdout, "tier %s enabled\n", tier) })
 	}
@@ -239,4 +255,16 @@ func tierExit(log hclog.Logger, err error, done func()) int {
 	}
 	done()
 	return keepExitOK
+}
+
+// scaleText says which bounds `tier scale` set.
+func scaleText(minN, maxN int) string {
+	var parts []string
+	if minN >= 0 {
+		parts = append(parts, fmt.Sprintf("min %d", minN))
+	}
+	if maxN >= 0 {
+		parts = append(parts, fmt.Sprintf("max %d", maxN))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"slurm-llm/slurm"
 )
 
 // EnableTier marks tier enabled by an admin and clears its backoff and
@@ -26,6 +28,11 @@ func (k *Keeper) DisableTier(ctx context.Context, tier string, cancel bool) ([]s
 	}
 	tc := k.cfg.Tiers[tier]
 	jobs, err := k.sched.JobsByName(ctx, tc.JobName)
+	if err == nil && tc.Replicas.Max > 0 {
+		var extras []slurm.JobRef
+		extras, err = k.sched.JobsByName(ctx, tc.Replicas.ExtraJobName)
+		jobs = append(jobs, extras...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("disable tier %s: disabled, but its jobs are not cancelled: %w", tier, err)
 	}

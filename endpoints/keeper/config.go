@@ -44,6 +44,15 @@ type Config struct {
 	// Slurm's own hold (121 s measured); a job whose begin time is further
 	// out was deferred by someone and is not released.
 	RequeueHoldMax time.Duration
+	// EndpointDir is the shared directory the tiers' endpoint files are in
+	// (llm-upstreams.toml's endpoint_dir): the scale check reads each
+	// replica's requests in flight from them. Required when a tier has
+	// [replicas] with max above min.
+	EndpointDir string
+	// ScaleInterval is how often `keep --interval` runs the scale check of
+	// the tiers with replicas (one squeue and one scontrol call, the
+	// endpoint files, an sbatch --test-only when growing).
+	ScaleInterval time.Duration
 	// Tiers maps tier name to its settings.
 	Tiers map[string]TierConfig
 	// Path is the file Load read.
@@ -86,9 +95,49 @@ type TierConfig struct {
 	Release bool
 	// Members is how many jobs of the tier are kept queued at once: 1 for
 	// a tier that is one job, the [elastic] members of an elastic tier
-	// (each member a one-node job running its own supervisor).
+	// (each member a one-node job running its own supervisor), or the
+	// replicas' min.
 	Members int
+	// Replicas is how the tier grows onto idle nodes; the zero value (no
+	// [tiers.NAME.replicas] table) never grows.
+	Replicas Replicas
 }
+
+// Replicas is [tiers.NAME.replicas]: a tier of Min jobs kept queued (as
+// members, requeued when preempted) and up to Max-Min extra jobs, each its
+// own replica on its own node, submitted only while the tier has demand and
+// Slurm can start them at once without delaying anyone, never requeued, and
+// ending by themselves once idle.
+type Replicas struct {
+	// Min is how many replicas are kept queued (Members); Max the most
+	// that run at once. Max 0 means no replicas table.
+	Min, Max int
+	// InFlightPerReplica: the tier has demand while its routed replicas
+	// have more requests in flight than this many each, on average.
+	InFlightPerReplica int
+	// GrowAfter is how long the demand must last before an extra replica
+	// is submitted (one per scale check).
+	GrowAfter time.Duration
+	// IdleAfter is how long an extra replica runs with no request in
+	// flight before it drains and ends (its supervisor, SLURM_LLM_IDLE_EXIT).
+	IdleAfter time.Duration
+	// StartTimeout: an extra replica still pending this long after its
+	// submit is cancelled (Slurm could not start it at once after all; a
+	// pending extra would take a node someone else may want).
+	StartTimeout time.Duration
+	// ExtraJobName is the extra replicas' job name; default <job_name>-extra.
+	ExtraJobName string
+	// ExtraSbatchArgs are given to the extra replicas' sbatch after the
+	// tier's sbatch_args (and --no-requeue, --export).
+	ExtraSbatchArgs []string
+}
+
+// Grows reports whether the tier may run extra replicas.
+func (r Replicas) Grows() bool { return r.Max > r.Min }
+
+// DefaultReplicas holds the defaults of [tiers.NAME.replicas].
+var DefaultReplicas = Replicas{Min: 1, InFlightPerReplica: 2, GrowAfter: 5 * time.Second,
+	IdleAfter: 5 * time.Minute, StartTimeout: 30 * time.Second}
 
 // DefaultTier holds the defaults of every tier key but job_name (which
 // defaults to "llm-<tier>") and script (required).
@@ -110,6 +159,7 @@ const (
 	DefaultReleaseInterval  = time.Second
 	DefaultReleaseDelay     = time.Second
 	DefaultRequeueHoldMax   = 125 * time.Second
+	DefaultScaleInterval    = 2 * time.Second
 )
 
 // Load reads and validates a keeper config file.
@@ -128,7 +178,7 @@ func Load(path string) (Config, error) {
 func Parse(path string, b []byte) (Config, error) {
 	cfg := Config{LockTimeout: DefaultLockTimeout, SchedulerTimeout: DefaultSchedulerTimeout, Path: path,
 		ReleaseInterval: DefaultReleaseInterval, ReleaseDelay: DefaultReleaseDelay, RequeueHoldMax: DefaultRequeueHoldMax,
-		Tiers: map[string]TierConfig{}}
+		ScaleInterval: DefaultScaleInterval, Tiers: map[string]TierConfig{}}
 	err := tomlconf.Decode(path, b, cfg.decode, cfg.validate)
 	if err != nil {
 		return Config{}, fmt.Errorf("load keeper config: %w", err)
@@ -146,6 +196,8 @@ func (c *Config) decode(d *tomlconf.Decoder) {
 		"release_interval":  d.Duration(&c.ReleaseInterval),
 		"release_delay":     d.Duration(&c.ReleaseDelay),
 		"requeue_hold_max":  d.Duration(&c.RequeueHoldMax),
+		"endpoint_dir":      d.String(&c.EndpointDir),
+		"scale_interval":    d.Duration(&c.ScaleInterval),
 		"tiers":             d.Each(func(name string) tomlconf.Field { return c.decodeTier(d, name) }),
 	})
 }
@@ -168,8 +220,41 @@ func (c *Config) decodeTier(d *tomlconf.Decoder, name string) tomlconf.Field {
 			"max_submits_per_hour": d.Int(&tc.MaxSubmitsPerHour),
 			"release":              d.Bool(&tc.Release),
 			"members":              d.Int(&tc.Members),
+			"replicas":             c.decodeReplicas(d, &tc.Replicas),
 		}, nil)
+		if tc.Replicas.Max > 0 {
+			if d.IsDefined("tiers", name, "members") {
+				d.Invalid(toml.Key{"tiers", name, "members"}, "a tier with [tiers.%s.replicas] is kept queued by its min; members is for elastic tiers", name)
+			}
+			tc.Members = tc.Replicas.Min
+			if tc.Replicas.ExtraJobName == "" {
+				tc.Replicas.ExtraJobName = tc.JobName + "-extra"
+			}
+		}
 		c.Tiers[name] = tc
+	}
+}
+
+// decodeReplicas is the field of [tiers.NAME.replicas]: DefaultReplicas
+// with the keys the file sets; max is required.
+func (c *Config) decodeReplicas(d *tomlconf.Decoder, dst *Replicas) tomlconf.Field {
+	return func(key toml.Key, v any) {
+		r := DefaultReplicas
+		d.Table(key, v, map[string]tomlconf.Field{
+			"min":                   d.Int(&r.Min),
+			"max":                   d.Int(&r.Max),
+			"in_flight_per_replica": d.Int(&r.InFlightPerReplica),
+			"grow_after":            d.Duration(&r.GrowAfter),
+			"idle_after":            d.Duration(&r.IdleAfter),
+			"start_timeout":         d.Duration(&r.StartTimeout),
+			"extra_job_name":        d.String(&r.ExtraJobName),
+			"extra_sbatch_args":     d.Strings(&r.ExtraSbatchArgs),
+		}, nil)
+		if !d.IsDefined(append(key, "max")...) {
+			d.Invalid(key, "want max: the most replicas that run at once")
+			r.Max = max(r.Min, 1)
+		}
+		*dst = r
 	}
 }
 
@@ -196,14 +281,27 @@ func (c *Config) validate(d *tomlconf.Decoder) {
 	if c.RequeueHoldMax <= 0 {
 		d.Invalid(toml.Key{"requeue_hold_max"}, "want a positive duration")
 	}
+	if c.ScaleInterval <= 0 {
+		d.Invalid(toml.Key{"scale_interval"}, "want a positive duration")
+	}
 	jobNames := map[string]string{}
+	claim := func(key toml.Key, name, tier string) {
+		if other, dup := jobNames[name]; dup {
+			d.Invalid(key, "%q is also tier %s's job name", name, other)
+		}
+		jobNames[name] = tier
+	}
 	for _, name := range c.TierNames() {
 		tc := c.Tiers[name]
 		tc.validate(d)
-		if other, dup := jobNames[tc.JobName]; dup {
-			d.Invalid(toml.Key{"tiers", name, "job_name"}, "%q is also tier %s's job name", tc.JobName, other)
+		claim(toml.Key{"tiers", name, "job_name"}, tc.JobName, name)
+		if tc.Replicas.Grows() {
+			claim(toml.Key{"tiers", name, "replicas", "extra_job_name"}, tc.Replicas.ExtraJobName, name)
+			if c.EndpointDir == "" || !filepath.IsAbs(c.EndpointDir) {
+				d.Invalid(toml.Key{"endpoint_dir"}, "want the absolute path of the endpoint directory: tier %s has replicas, "+
+					"which grow with the requests in flight their endpoint files show", name)
+			}
 		}
-		jobNames[tc.JobName] = name
 	}
 }
 
@@ -243,6 +341,48 @@ func (t TierConfig) validate(d *tomlconf.Decoder) {
 	}
 	if t.Members < 1 || t.Members > MaxMembers {
 		add("members", "want 1 (a tier that is one job) up to %d (an elastic tier's members)", MaxMembers)
+	}
+	if t.Replicas.Max > 0 {
+		t.Replicas.validate(d, toml.Key{"tiers", t.Name, "replicas"}, t.JobName)
+	}
+}
+
+// validate checks a replicas table (key is its key).
+func (r Replicas) validate(d *tomlconf.Decoder, key toml.Key, jobName string) {
+	add := func(k, format string, args ...any) {
+		d.Invalid(append(append(toml.Key{}, key...), k), format, args...)
+	}
+	if r.Min < 1 {
+		add("min", "want at least 1: the replica that is kept queued and requeued (disable the tier to have none)")
+	}
+	if r.Min > MaxMembers {
+		add("min", "want at most %d", MaxMembers)
+	}
+	if r.Max < r.Min {
+		add("max", "want at least min (%d)", r.Min)
+	}
+	if r.Max > MaxMembers {
+		add("max", "want at most %d", MaxMembers)
+	}
+	if r.InFlightPerReplica < 1 {
+		add("in_flight_per_replica", "want at least 1")
+	}
+	if r.GrowAfter < 0 {
+		add("grow_after", "want a duration ≥ 0")
+	}
+	if r.IdleAfter < time.Second {
+		add("idle_after", "want at least \"1s\"")
+	}
+	if r.StartTimeout <= 0 {
+		add("start_timeout", "want a positive duration")
+	}
+	if r.ExtraJobName == jobName || strings.ContainsAny(r.ExtraJobName, ", \t\n\"'") {
+		add("extra_job_name", "want a name without commas, quotes or white space, other than job_name")
+	}
+	for _, a := range r.ExtraSbatchArgs {
+		if a == "-J" || strings.HasPrefix(a, "--job-name") || strings.HasPrefix(a, "-J") || strings.HasPrefix(a, "--requeue") {
+			add("extra_sbatch_args", "%s is set by the keeper (extra_job_name, --no-requeue)", a)
+		}
 	}
 }
 

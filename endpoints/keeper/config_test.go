@@ -38,7 +38,7 @@ members = 3
 	fast.Name, fast.JobName, fast.Script = "fast", "llm-fast", "/s/fast.sbatch"
 	want := Config{StateDir: "/var/lib/k", LockTimeout: DefaultLockTimeout, SchedulerTimeout: DefaultSchedulerTimeout,
 		ReleaseInterval: time.Second, ReleaseDelay: time.Second, RequeueHoldMax: 125 * time.Second,
-		Path: "k.toml", Tiers: map[string]TierConfig{
+		ScaleInterval: DefaultScaleInterval, Path: "k.toml", Tiers: map[string]TierConfig{
 			"fast": fast,
 			"big": {Name: "big", JobName: "llm-big-one", Script: "/s/big.sbatch", SbatchArgs: []string{"--partition=gpu_ai"},
 				BackoffInitial: 10 * time.Second, BackoffMax: 5 * time.Minute, BackoffFactor: 3,
@@ -180,5 +180,87 @@ func TestCheckSubmitUser(t *testing.T) {
 				t.Errorf("CheckSubmitUser(%d) with submit_as %q = %v", tt.uid, tt.submitAs, err)
 			}
 		})
+	}
+}
+
+func TestParseReplicas(t *testing.T) {
+	cfg, err := Parse("k.toml", []byte(`
+state_dir = "/var/lib/k"
+endpoint_dir = "/e"
+[tiers.fast]
+script = "/s/fast.sbatch"
+[tiers.fast.replicas]
+min = 1
+max = 3
+extra_sbatch_args = ["--exclusive"]
+[tiers.code]
+script = "/s/code.sbatch"
+[tiers.code.replicas]
+min = 2
+max = 2
+in_flight_per_replica = 8
+grow_after = "0s"
+idle_after = "1m"
+start_timeout = "10s"
+extra_job_name = "code-more"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := cfg.Tiers["fast"]
+	want := DefaultReplicas
+	want.Max, want.ExtraJobName, want.ExtraSbatchArgs = 3, "llm-fast-extra", []string{"--exclusive"}
+	if d := cmp.Diff(want, fast.Replicas); d != "" || fast.Members != 1 || !fast.Replicas.Grows() {
+		t.Errorf("fast: members %d, replicas (-want +got):\n%s", fast.Members, d)
+	}
+	code := cfg.Tiers["code"]
+	want = Replicas{Min: 2, Max: 2, InFlightPerReplica: 8, IdleAfter: time.Minute, StartTimeout: 10 * time.Second, ExtraJobName: "code-more"}
+	if d := cmp.Diff(want, code.Replicas); d != "" || code.Members != 2 || code.Replicas.Grows() {
+		t.Errorf("code: members %d, replicas (-want +got):\n%s", code.Members, d)
+	}
+	args := ExtraSbatchArgs(fast, fast.Replicas)
+	wantArgs := []string{"--job-name=llm-fast-extra", "--exclusive", "--no-requeue", "--export=ALL,SLURM_LLM_IDLE_EXIT=300s"}
+	if d := cmp.Diff(wantArgs, args); d != "" {
+		t.Errorf("extra sbatch args (-want +got):\n%s", d)
+	}
+}
+
+func TestParseReplicasErrors(t *testing.T) {
+	_, err := Parse("k.toml", []byte(`state_dir = "/k"
+[tiers.fast]
+script = "/s/f"
+members = 2
+[tiers.fast.replicas]
+min = 2
+max = 1
+in_flight_per_replica = 0
+idle_after = "0s"
+extra_job_name = "llm-fast"
+extra_sbatch_args = ["--requeue"]
+[tiers.b]
+script = "/s/b"
+[tiers.b.replicas]
+min = 1
+[tiers.c]
+script = "/s/c"
+replicas = { max = 2 }
+`))
+	want := []string{
+		"k.toml: endpoint_dir: want the absolute path of the endpoint directory: tier c has replicas, which grow with the requests in flight their endpoint files show",
+		"k.toml:4: tiers.fast.members: a tier with [tiers.fast.replicas] is kept queued by its min; members is for elastic tiers",
+		"k.toml:7: tiers.fast.replicas.max: want at least min (2)",
+		"k.toml:8: tiers.fast.replicas.in_flight_per_replica: want at least 1",
+		`k.toml:9: tiers.fast.replicas.idle_after: want at least "1s"`,
+		"k.toml:10: tiers.fast.replicas.extra_job_name: want a name without commas, quotes or white space, other than job_name",
+		"k.toml:11: tiers.fast.replicas.extra_sbatch_args: --requeue is set by the keeper (extra_job_name, --no-requeue)",
+		"k.toml:14: tiers.b.replicas: want max: the most replicas that run at once",
+	}
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
 	}
 }

@@ -29,6 +29,27 @@ type fakeSlurm struct {
 	releaseErr error
 	queries    []slurm.QueueQuery
 	onQueue    func()
+	// estimate is what TestSubmit answers (testErr fails it); tested
+	// records its calls. parts is what Partitions answers.
+	estimate slurm.StartEstimate
+	testErr  error
+	tested   []submitCall
+	parts    map[string]slurm.Partition
+}
+
+func (f *fakeSlurm) TestSubmit(ctx context.Context, script string, args ...string) (slurm.StartEstimate, error) {
+	f.tested = append(f.tested, submitCall{Script: script, Args: args})
+	if f.testErr != nil {
+		return slurm.StartEstimate{}, f.testErr
+	}
+	return f.estimate, nil
+}
+
+func (f *fakeSlurm) Partitions(ctx context.Context) (map[string]slurm.Partition, error) {
+	if f.queueErr != nil {
+		return nil, f.queueErr
+	}
+	return f.parts, nil
 }
 
 type submitCall struct {

@@ -39,6 +39,10 @@ type Scheduler interface {
 	Queue(ctx context.Context, q slurm.QueueQuery) ([]slurm.QueuedJob, error)
 	// ReleaseNow makes a pending job eligible at once.
 	ReleaseNow(ctx context.Context, id string) error
+	// TestSubmit says when and where a job would start (sbatch --test-only).
+	TestSubmit(ctx context.Context, script string, sbatchArgs ...string) (slurm.StartEstimate, error)
+	// Partitions lists the partitions with their nodes and PriorityTier.
+	Partitions(ctx context.Context) (map[string]slurm.Partition, error)
 }
 
 // Options are what a Keeper uses besides its config. The zero value talks
@@ -142,6 +146,7 @@ func (k *Keeper) passTier(ctx context.Context, tc TierConfig) TierResult {
 		log.Error("state unreadable, tier left alone", "error", err)
 		return TierResult{Tier: tc.Name, Err: err}
 	}
+	tc = effectiveTier(tc, st)
 	now := k.now()
 	jobs, listErr := k.sched.JobsByName(ctx, tc.JobName)
 	if listErr == nil {
@@ -250,6 +255,12 @@ func (k *Keeper) Run(ctx context.Context, opts RunOptions) error {
 	rl := &releaseLoop{log: releaseLog{log: k.log.Named("release")}}
 	releaseC, stopRelease := rl.start(k.cfg.ReleaseInterval)
 	defer stopRelease()
+	var scaleC <-chan time.Time
+	if len(k.scaledTiers()) > 0 {
+		t := time.NewTicker(k.cfg.ScaleInterval)
+		defer t.Stop()
+		scaleC = t.C
+	}
 	var ping <-chan time.Time
 	if opts.Notify != nil && opts.WatchdogInterval > 0 {
 		t := time.NewTicker(opts.WatchdogInterval)
@@ -268,6 +279,9 @@ func (k *Keeper) Run(ctx context.Context, opts RunOptions) error {
 		case <-releaseC:
 			rl.check(ctx, k)
 			continue
+		case <-scaleC:
+			k.scaleOnce(ctx)
+			continue
 		case <-timer.C:
 		}
 		if ctx.Err() != nil {
@@ -281,6 +295,20 @@ func (k *Keeper) Run(ctx context.Context, opts RunOptions) error {
 			ready = true
 		}
 		timer.Reset(opts.Interval)
+	}
+}
+
+// scaleOnce runs one scale check and logs a change of what it says per
+// tier (the decision is logged by scaleTier when it acts).
+func (k *Keeper) scaleOnce(ctx context.Context) {
+	results, err := k.Scale(ctx)
+	if err != nil && ctx.Err() == nil {
+		k.log.Named("scale").Warn("scale check had failures: nothing submitted or cancelled where it failed", "error", err)
+	}
+	for _, r := range results {
+		if r.Why != "" {
+			k.log.Named("scale").Debug("not growing", "tier", r.Tier, "reason", r.Why)
+		}
 	}
 }
 

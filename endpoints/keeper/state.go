@@ -40,6 +40,18 @@ type TierState struct {
 	// a submission, kept until the next one (history, not current health).
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at"`
+	// ScaleMin and ScaleMax are an admin's `tier scale` (nil: the
+	// config's replicas min and max).
+	ScaleMin *int `json:"scale_min,omitempty"`
+	ScaleMax *int `json:"scale_max,omitempty"`
+	// DemandSince is when the tier's routed replicas last began to have
+	// more requests in flight than in_flight_per_replica each; zero when
+	// they have not.
+	DemandSince time.Time `json:"demand_since"`
+	// ExtraSubmits are the extra replicas submitted in the last hour.
+	ExtraSubmits []time.Time `json:"extra_submits,omitempty"`
+	// Scale is the last scale check's decision, for status.
+	Scale string `json:"scale,omitempty"`
 }
 
 // IsEnabled reports whether the tier is kept queued: the admin's word if

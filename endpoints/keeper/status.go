@@ -33,6 +33,14 @@ type TierStatus struct {
 	BackoffUntil time.Time
 	// Next is what a pass would do now.
 	Next Decision
+	// Replicas, for a tier with [replicas]: its min and max (an admin's
+	// `tier scale` applied), its jobs (kept and extra) with their endpoint
+	// files, what the last scale check said, and ReplicasError when the
+	// scheduler or the endpoint directory did not answer.
+	Replicas      *Replicas
+	ReplicaList   []Replica
+	LastScale     string
+	ReplicasError string
 }
 
 // Status reports every tier in name order. It asks squeue once per tier
@@ -64,6 +72,16 @@ func (k *Keeper) tierStatus(ctx context.Context, tc TierConfig) TierStatus {
 	if until, _ := holdUntil(tc, st, now); until.After(now) {
 		ts.BackoffUntil = until
 	}
+	if tc.Replicas.Max > 0 {
+		tc = effectiveTier(tc, st)
+		rep := tc.Replicas
+		ts.Replicas, ts.LastScale = &rep, st.Scale
+		if f := k.gatherScale(ctx); f.Err != nil {
+			ts.ReplicasError = f.Err.Error()
+		} else {
+			ts.ReplicaList = f.Replicas(tc, k.owner)
+		}
+	}
 	ts.Next = Decide(tc, st, jobs, listErr, now)
 	if err != nil {
 		ts.Next = Decision{Action: ActionUnknown, Reason: "state unreadable: " + err.Error()}
@@ -91,6 +109,16 @@ type statusJSON struct {
 	NextReason       string   `json:"next_reason"`
 	LastError        string   `json:"last_error,omitempty"`
 	LastErrorAt      string   `json:"last_error_at"`
+	// Replicas is set for a tier with [replicas].
+	Replicas *replicasJSON `json:"replicas,omitempty"`
+}
+
+type replicasJSON struct {
+	Min       int       `json:"min"`
+	Max       int       `json:"max"`
+	Jobs      []Replica `json:"jobs"`
+	LastScale string    `json:"last_scale,omitempty"`
+	Error     string    `json:"error,omitempty"`
 }
 
 type jobRef struct {
@@ -126,6 +154,13 @@ func toJSON(ts TierStatus, now time.Time) statusJSON {
 	for _, j := range ts.Jobs {
 		r.Jobs = append(r.Jobs, jobRef{ID: j.ID, State: string(j.State)})
 	}
+	if ts.Replicas != nil {
+		r.Replicas = &replicasJSON{Min: ts.Replicas.Min, Max: ts.Replicas.Max, Jobs: ts.ReplicaList,
+			LastScale: ts.LastScale, Error: ts.ReplicasError}
+		if r.Replicas.Jobs == nil {
+			r.Replicas.Jobs = []Replica{}
+		}
+	}
 	return r
 }
 
@@ -151,7 +186,38 @@ func writeTable(w io.Writer, rows []statusJSON) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
+	for _, r := range rows {
+		if r.Replicas != nil {
+			writeReplicas(w, r.Tier, *r.Replicas)
+		}
+	}
 	return nil
+}
+
+// writeReplicas prints a tier's replicas under the table:
+//
+//	fast: replicas min 1, max 3; last scale check: nothing: 0 in flight on 2 routed replicas (grows above 2 each)
+//	  10        kept   RUNNING  node1  ready     in flight 0
+//	  11        extra  RUNNING  node2  starting  in flight -
+func writeReplicas(w io.Writer, tier string, r replicasJSON) {
+	fmt.Fprintf(w, "\n%s: replicas min %d, max %d; last scale check: %s\n", tier, r.Min, r.Max, dash(oneLine(r.LastScale)))
+	if r.Error != "" {
+		fmt.Fprintf(w, "  unknown: %s\n", oneLine(r.Error))
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, j := range r.Jobs {
+		kind := "kept"
+		if j.Extra {
+			kind = "extra"
+		}
+		inFlight := "-"
+		if j.InFlight != nil {
+			inFlight = fmt.Sprint(*j.InFlight)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\tin flight %s\n", j.JobID, kind, j.State, dash(j.Node), dash(j.Endpoint), inFlight)
+	}
+	tw.Flush()
 }
 
 func jobsText(r statusJSON) string {
