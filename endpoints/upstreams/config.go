@@ -102,7 +102,15 @@ type TierConfig struct {
 	// job_name); a file whose job has another name is not routed. Default
 	// "llm-<tier>".
 	JobName string
+	// ExtraJobName is the job name of the tier's extra replicas (the
+	// keeper's [tiers.NAME.replicas] extra_job_name); their files are
+	// routed too. Default "<job_name>-extra".
+	ExtraJobName string
 }
+
+// IsTierJob reports whether a job named name is one of the tier's: its
+// kept job(s) or an extra replica.
+func (t TierConfig) IsTierJob(name string) bool { return name == t.JobName || name == t.ExtraJobName }
 
 // RecordConfig bounds the availability record.
 type RecordConfig struct {
@@ -228,7 +236,11 @@ func (c *Config) decode(d *tomlconf.Decoder) {
 		"tiers": d.Each(func(name string) tomlconf.Field {
 			return func(key toml.Key, v any) {
 				tc := TierConfig{JobName: "llm-" + name}
-				d.Table(key, v, map[string]tomlconf.Field{"backup": d.String(&tc.Backup), "job_name": d.String(&tc.JobName)}, nil)
+				d.Table(key, v, map[string]tomlconf.Field{"backup": d.String(&tc.Backup), "job_name": d.String(&tc.JobName),
+					"extra_job_name": d.String(&tc.ExtraJobName)}, nil)
+				if tc.ExtraJobName == "" {
+					tc.ExtraJobName = tc.JobName + "-extra"
+				}
 				c.Tiers[name] = tc
 			}
 		}),
@@ -358,6 +370,9 @@ func (c *Config) checkTiers(d *tomlconf.Decoder) {
 		seen[endpoints.NginxName(name)] = name
 		if j := c.Tiers[name].JobName; j == "" || strings.ContainsAny(j, ", \t\n\"'") {
 			d.Invalid(append(key, "job_name"), "want a name without commas, quotes or white space")
+		}
+		if j := c.Tiers[name].ExtraJobName; j == c.Tiers[name].JobName || strings.ContainsAny(j, ", \t\n\"'") {
+			d.Invalid(append(key, "extra_job_name"), "want a name without commas, quotes or white space, other than job_name")
 		}
 		if b := c.Tiers[name].Backup; b != "" {
 			if _, ok := c.Tiers[b]; !ok || b == name {

@@ -278,7 +278,7 @@ func (u *Updater) checkJobs(ds []endpoints.Decision, jobs endpoints.JobStates, p
 			job := u.sched.jobs[d.Endpoint.JobID]
 			if job.UID != owners[d.File] {
 				d.Live, d.Why = false, whyWrongOwner(job, owners[d.File])
-			} else if job.Name != tc.JobName {
+			} else if !tc.IsTierJob(job.Name) {
 				d.Live, d.Why = false, whyWrongName(job, tc.JobName)
 			}
 		}
