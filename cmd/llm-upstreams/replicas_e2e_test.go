@@ -1,0 +1,441 @@
+//go:build e2e
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/endpoints/keeper"
+	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/slurm"
+	"slurm-llm/slurm/slurmtest"
+)
+
+// The fast tier with replicas on the namespace cluster (each node its own
+// address, so every replica has the same port): the real llm-supervisor
+// running the fake llama.cpp (2 slots, 20 tokens at 20 tokens/s: a
+// request takes 1 s of a slot), kept queued and scaled by an in-process
+// keeper (its loop: scale check every second), routed by an in-process
+// llm-upstreams watch (nginx replaced by `true`: the routed servers are
+// read from watch's reports). Load is sent to the routed servers, fewest
+// of the generator's own requests first, as nginx's least_conn would.
+
+type replicaWorld struct {
+	t       testing.TB
+	dir     string
+	jobName string
+	c       *slurm.Client
+	stop    func()
+	done    sync.WaitGroup
+
+	mu      sync.Mutex
+	servers []string // routed servers of tier fast, last pass
+}
+
+func newReplicaWorld(t testing.TB, maxReplicas, slots int) *replicaWorld {
+	t.Helper()
+	slurmtest.Need(t, "netns")
+	b := make([]byte, 4)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	w := &replicaWorld{t: t, dir: filepath.Join(os.TempDir(), "slurm-llm-e2e-replicas-"+id), jobName: "llm-rep-" + id, c: &slurm.Client{}}
+	for _, d := range []string{"endpoints", "logs", "out", "state", "keeper"} {
+		if err := os.MkdirAll(filepath.Join(w.dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for bin, pkg := range map[string]string{"llm-supervisor": "slurm-llm/cmd/llm-supervisor", "fake-llama": "slurm-llm/cmd/fake-llama"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(w.dir, bin), pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(w.dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tier.toml", fmt.Sprintf(replicaTier, w.dir, w.dir, w.dir, slots, freePort(t)))
+	write("job.sh", fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml\n", w.dir, w.dir))
+	write("keeper.toml", fmt.Sprintf(`state_dir = "%[1]s/keeper"
+endpoint_dir = "%[1]s/endpoints"
+scale_interval = "1s"
+[tiers.fast]
+job_name = %[2]q
+script = "%[1]s/job.sh"
+# --exclusive: the cluster has no GPUs to count, so one replica per node
+# is asked for as a whole node.
+sbatch_args = ["-p", "gpu_ai", "-N1", "--exclusive", "--requeue", "--open-mode=append", "-o", "%[1]s/job-%%j.out", "-D", %[1]q]
+backoff_initial = "1h"
+backoff_max = "1h"
+max_submits_per_hour = 20
+[tiers.fast.replicas]
+min = 1
+max = %[3]d
+in_flight_per_replica = 2
+grow_after = "1s"
+idle_after = "5s"
+start_timeout = "20s"
+`, w.dir, w.jobName, maxReplicas))
+	write("upstreams.toml", fmt.Sprintf(`endpoint_dir = "%[1]s/endpoints"
+output_dir = "%[1]s/out"
+lock_file = "%[1]s/lock"
+state_dir = "%[1]s/state"
+allowed_owners = ["0"]
+allowed_networks = ["10.77.0.0/16"]
+[tiers.fast]
+job_name = %[2]q
+[nginx]
+test = ["true"]
+reload = ["true"]
+`, w.dir, w.jobName))
+	kcfg, err := keeper.Load(filepath.Join(w.dir, "keeper.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ucfg, err := upstreams.Load(filepath.Join(w.dir, "upstreams.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w.stop = cancel
+	k := keeper.New(kcfg, keeper.Options{Log: hclog.New(&hclog.LoggerOptions{Name: "keeper", Output: tbWriter{t: t}, Level: hclog.Info})})
+	passes := make(chan upstreams.PassResult)
+	u := upstreams.New(ucfg, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c})
+	w.done.Add(3)
+	go func() { defer w.done.Done(); _ = k.Run(ctx, keeper.RunOptions{Interval: 30 * time.Second}) }()
+	go func() { defer w.done.Done(); _ = u.Watch(ctx, upstreams.WatchOptions{Passed: passes}) }()
+	go func() {
+		defer w.done.Done()
+		for {
+			select {
+			case p := <-passes:
+				for _, tr := range p.Report.Tiers {
+					if tr.Tier == "fast" && tr.ServedBy == "fast" {
+						w.setServers(tr.Servers)
+					} else if tr.Tier == "fast" {
+						w.setServers(nil)
+					}
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(w.close)
+	return w
+}
+
+const replicaTier = `
+tier = "fast"
+kind = "single"
+endpoint_dir = "%s/endpoints"
+log_dir = "%s/logs"
+node_address = "slurm"
+
+[head]
+command = ["%s/fake-llama", "server", "--host", "{addr}", "--port", "{port}", "--parallel", "%d",
+           "-m", "/models/fast.gguf", "--metrics", "--fake-load-time", "300ms",
+           "--fake-tokens", "20", "--fake-token-rate", "20"]
+port = %d
+
+[timeouts]
+load = "60s"
+health_interval = "500ms"
+stop_grace = "3s"
+heartbeat = "1s"
+lease = "10s"
+`
+
+func (w *replicaWorld) setServers(s []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.servers = slices.Clone(s)
+}
+
+func (w *replicaWorld) routed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.servers)
+}
+
+// close stops the keeper and watch, then cancels the test's jobs and waits
+// until they are gone.
+func (w *replicaWorld) close() {
+	w.stop()
+	w.done.Wait()
+	names := []string{w.jobName, w.jobName + "-extra", "vasp-" + w.jobName}
+	for _, name := range names {
+		_ = exec.Command("scancel", "-n", name).Run()
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := exec.Command("squeue", "-h", "-n", strings.Join(names, ",")).Output()
+		if err == nil && len(bytes.TrimSpace(out)) == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if w.t.Failed() {
+		outs, _ := filepath.Glob(filepath.Join(w.dir, "job-*.out"))
+		for _, f := range outs {
+			b, _ := os.ReadFile(f)
+			w.t.Logf("%s (last 2000 bytes):\n%s", filepath.Base(f), tail(b, 2000))
+		}
+		return
+	}
+	os.RemoveAll(w.dir)
+}
+
+func (w *replicaWorld) jobs(name string) []slurm.QueuedJob {
+	w.t.Helper()
+	js, err := w.c.Queue(context.Background(), slurm.QueueQuery{Names: []string{name}})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return js
+}
+
+func (w *replicaWorld) waitFor(what string, d time.Duration, cond func() bool) time.Time {
+	w.t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("gave up waiting %v for %s (routed %v, extras %v)", d, what, w.routed(), w.jobs(w.jobName+"-extra"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Now()
+}
+
+// load sends n concurrent request loops to the routed servers until ctx
+// ends; it counts completions, tokens and failures.
+type load struct {
+	done, failed, tokens atomic.Int64
+	mu                   sync.Mutex
+	outstanding          map[string]int
+	lastErr              atomic.Value
+}
+
+func (w *replicaWorld) startLoad(ctx context.Context, n int) (*load, *sync.WaitGroup) {
+	l := &load{outstanding: map[string]int{}}
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 30 * time.Second}
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				srv := l.pick(w.routed())
+				if srv == "" {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				ok, toks, err := complete(client, srv)
+				l.release(srv)
+				switch {
+				case ok:
+					l.done.Add(1)
+					l.tokens.Add(int64(toks))
+				case ctx.Err() == nil:
+					l.failed.Add(1)
+					l.lastErr.Store(fmt.Sprintf("%s: %v", srv, err))
+				}
+			}
+		}()
+	}
+	return l, &wg
+}
+
+// pick is the routed server with the fewest of this load's requests.
+func (l *load) pick(servers []string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	best := ""
+	for _, s := range servers {
+		if best == "" || l.outstanding[s] < l.outstanding[best] {
+			best = s
+		}
+	}
+	if best != "" {
+		l.outstanding[best]++
+	}
+	return best
+}
+
+func (l *load) release(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.outstanding[s]--
+}
+
+// complete posts one completion and returns whether it came back whole
+// and how many tokens it held.
+func complete(c *http.Client, server string) (bool, int, error) {
+	resp, err := c.Post("http://"+server+"/completion", "application/json", strings.NewReader(`{"prompt":"hello","n_predict":20}`))
+	if err != nil {
+		return false, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return false, 0, fmt.Errorf("status %d, %v: %.200s", resp.StatusCode, err, b)
+	}
+	return true, strings.Count(string(b), "tok"), nil
+}
+
+// TestE2EReplicasGrowGiveWayAndShrink: under load the tier grows from one
+// replica onto the idle nodes, one extra at a time, each its own
+// --no-requeue job; a science job taking one extra's node ends that
+// replica (not requeued) while the others serve on without a failed
+// request; when the load stops the extras drain and end after idle_after,
+// and the kept replica stays.
+func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
+	w := newReplicaWorld(t, 3, 2)
+	w.waitFor("the kept replica running and routed", 90*time.Second, func() bool { return len(w.routed()) == 1 })
+	kept := w.jobs(w.jobName)
+	if len(kept) != 1 {
+		t.Fatalf("kept jobs %v, want 1", kept)
+	}
+
+	ctx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad()
+	loadStart := time.Now()
+	l, wg := w.startLoad(ctx, 6)
+	second := w.waitFor("a second replica routed", 60*time.Second, func() bool { return len(w.routed()) >= 2 })
+	third := w.waitFor("a third replica routed", 60*time.Second, func() bool { return len(w.routed()) == 3 })
+	t.Logf("load started → 2nd replica routed %.1fs, 3rd %.1fs (grow_after 1s, fake load 0.3s)",
+		second.Sub(loadStart).Seconds(), third.Sub(loadStart).Seconds())
+	extras := w.jobs(w.jobName + "-extra")
+	if len(extras) != 2 {
+		t.Fatalf("extra jobs %+v, want 2", extras)
+	}
+	nodes := map[string]bool{kept[0].NodeList: true}
+	for _, e := range extras {
+		info, err := w.c.ShowJob(context.Background(), e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Requeue {
+			t.Errorf("extra %s is requeueable, want --no-requeue", e.ID)
+		}
+		nodes[e.NodeList] = true
+	}
+	if len(nodes) != 3 {
+		t.Errorf("replicas on nodes %v, want three different nodes", nodes)
+	}
+	time.Sleep(3 * time.Second) // stays at max: no fourth submit
+	if n := len(w.jobs(w.jobName + "-extra")); n != 2 {
+		t.Errorf("%d extras at max 3, want 2", n)
+	}
+
+	// Science takes one extra's node: that replica is gone, not requeued.
+	victim := extras[0]
+	before := l.failed.Load()
+	out, err := exec.Command("sbatch", "--parsable", "-p", "gpu_vasp", "-J", "vasp-"+w.jobName, "-w", victim.NodeList,
+		"-o", "/dev/null", "-D", w.dir, "--wrap", "exec sleep 1000").CombinedOutput()
+	if err != nil {
+		t.Fatalf("sbatch science: %v %s", err, out)
+	}
+	science := strings.TrimSpace(string(out))
+	w.waitFor("the science job running", 60*time.Second, func() bool {
+		js := w.jobs("vasp-" + w.jobName)
+		return len(js) == 1 && js[0].State == slurm.JobRunning
+	})
+	w.waitFor("two replicas routed", 30*time.Second, func() bool { return len(w.routed()) == 2 })
+	for _, e := range w.jobs(w.jobName + "-extra") {
+		if e.ID == victim.ID {
+			t.Errorf("preempted extra %s still listed %s: want it gone, not requeued", e.ID, e.State)
+		}
+	}
+	time.Sleep(3 * time.Second) // the others serve on
+	if f := l.failed.Load() - before; f > 0 {
+		t.Errorf("%d requests failed around the preemption (last: %v)", f, l.lastErr.Load())
+	}
+	_ = exec.Command("scancel", science).Run()
+
+	// Load stops: the extras end after idle_after; the kept one stays.
+	stopLoad()
+	wg.Wait()
+	loadEnd := time.Now()
+	back := w.waitFor("back to the kept replica alone", 90*time.Second, func() bool {
+		return len(w.routed()) == 1 && len(w.jobs(w.jobName+"-extra")) == 0
+	})
+	t.Logf("load stopped → back to min %.1fs (idle_after 5s); %d requests done, %d failed (last: %v)",
+		back.Sub(loadEnd).Seconds(), l.done.Load(), l.failed.Load(), l.lastErr.Load())
+	if js := w.jobs(w.jobName); len(js) != 1 || js[0].ID != kept[0].ID || js[0].State != slurm.JobRunning {
+		t.Errorf("kept replica after shrinking: %+v, want job %s still running", js, kept[0].ID)
+	}
+}
+
+// tbWriter logs through a test or a benchmark.
+type tbWriter struct{ t testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }
+
+// BenchmarkE2EReplicasThroughput: 12 concurrent completions (the fake
+// llama: 4 slots per replica, 20 tokens at 20 tokens/s per slot) against
+// the fast tier with max = 1, then max = 3 replicas on the 3-node cluster:
+// tokens/s once the tier has grown (20 s window), and how long a science
+// job needing all 3 nodes takes from sbatch to RUNNING with that many
+// replicas up.
+func BenchmarkE2EReplicasThroughput(b *testing.B) {
+	rate := map[int]float64{}
+	for _, maxR := range []int{1, 3} {
+		tps, science := replicaThroughput(b, maxR)
+		rate[maxR] = tps
+		b.ReportMetric(tps, fmt.Sprintf("tokens/s(max=%d)", maxR))
+		b.ReportMetric(science.Seconds(), fmt.Sprintf("science-start-s(max=%d)", maxR))
+		b.Logf("max = %d: %.1f tokens/s; a 3-node science job started %.2f s after its sbatch", maxR, tps, science.Seconds())
+	}
+	b.ReportMetric(rate[3]/rate[1], "speedup")
+	b.Logf("max = 3 vs max = 1: %.2f×", rate[3]/rate[1])
+}
+
+func replicaThroughput(b *testing.B, maxR int) (float64, time.Duration) {
+	w := newReplicaWorld(b, maxR, 4)
+	defer w.close()
+	w.waitFor("the kept replica routed", 90*time.Second, func() bool { return len(w.routed()) == 1 })
+	ctx, stopLoad := context.WithCancel(context.Background())
+	l, wg := w.startLoad(ctx, 12)
+	if maxR > 1 {
+		w.waitFor("max replicas routed", 90*time.Second, func() bool { return len(w.routed()) == maxR })
+	}
+	time.Sleep(3 * time.Second) // every loop on a replica
+	t0, n0 := time.Now(), l.tokens.Load()
+	time.Sleep(20 * time.Second)
+	tps := float64(l.tokens.Load()-n0) / time.Since(t0).Seconds()
+	stopLoad()
+	wg.Wait()
+	if f := l.failed.Load(); f > 0 {
+		b.Errorf("max %d: %d requests failed (last: %v)", maxR, f, l.lastErr.Load())
+	}
+	sub := time.Now()
+	out, err := exec.Command("sbatch", "--parsable", "-p", "gpu_vasp", "-J", "vasp-"+w.jobName, "-N3", "--exclusive",
+		"-o", "/dev/null", "-D", w.dir, "--wrap", "exec sleep 1000").CombinedOutput()
+	if err != nil {
+		b.Fatalf("sbatch science: %v %s", err, out)
+	}
+	started := w.waitFor("the 3-node science job running", 120*time.Second, func() bool {
+		js := w.jobs("vasp-" + w.jobName)
+		return len(js) == 1 && js[0].State == slurm.JobRunning
+	})
+	_ = exec.Command("scancel", strings.TrimSpace(string(out))).Run()
+	return tps, started.Sub(sub)
+}
