@@ -387,7 +387,10 @@ func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
 // tbWriter logs through a test or a benchmark.
 type tbWriter struct{ t testing.TB }
 
-func (w tbWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimRight(string(p), "\n")); return len(p), nil }
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
 
 // BenchmarkE2EReplicasThroughput: 12 concurrent completions (the fake
 // llama: 4 slots per replica, 20 tokens at 20 tokens/s per slot) against
