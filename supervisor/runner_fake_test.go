@@ -169,9 +169,20 @@ func TestNoIdleExitByDefault(t *testing.T) {
 	g.ready()
 	g.head.setMetrics(0)
 	start := g.clk.Now()
-	g.advanceFor("an hour idle", func() bool { return g.clk.Now().Sub(start) >= time.Hour-time.Minute }, 5*time.Second)
-	if e, ok := g.file(); !ok || e.State != endpoints.StateReady {
-		t.Errorf("after an idle hour: %+v (file %v), want ready", e, ok)
+	g.advanceFor("ten minutes idle", func() bool { return g.clk.Now().Sub(start) >= 10*time.Minute }, time.Second)
+	for {
+		select {
+		case e := <-g.events:
+			if e.Kind == EventState && (e.State == StateDraining || e.State == StateStopped) {
+				t.Fatalf("idle without IdleExit: went %s (%s)", e.State, e.Reason)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if h := g.l.last("head"); h.how() != "" {
+		t.Errorf("head ended (%s) while idle without IdleExit", h.how())
 	}
 }
 
