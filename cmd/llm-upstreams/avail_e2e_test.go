@@ -3,10 +3,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"net"
@@ -19,10 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/slurm"
 )
@@ -37,13 +31,9 @@ import (
 var availCycles = flag.Int("avail.cycles", 10, "BenchmarkE2EPartialPreemption: preemption cycles")
 
 type availWorld struct {
-	t       testing.TB
-	dir     string
+	*e2eController
 	jobName string
 	ucfg    upstreams.Config
-	c       *slurm.Client
-	stop    func()
-	done    sync.WaitGroup
 
 	mu       sync.Mutex
 	last     upstreams.Report
@@ -62,21 +52,8 @@ func newAvailWorld(t testing.TB) *availWorld {
 	if err := exec.Command("scontrol", "ping").Run(); err != nil {
 		t.Skipf("e2e: no Slurm controller: %v", err)
 	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
-	w := &availWorld{t: t, dir: filepath.Join(os.TempDir(), "slurm-llm-e2e-avail-"+id), jobName: "llm-avail-" + id,
-		c: &slurm.Client{}, routedAt: map[string]time.Time{}, released: map[string][]time.Time{}}
-	for _, d := range []string{"endpoints", "logs", "out", "state", "keeper"} {
-		if err := os.MkdirAll(filepath.Join(w.dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for bin, pkg := range map[string]string{"llm-supervisor": "slurm-llm/cmd/llm-supervisor", "fake-llama": "slurm-llm/cmd/fake-llama"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(w.dir, bin), pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	e, id := newE2EController(t, "avail")
+	w := &availWorld{e2eController: e, jobName: "llm-avail-" + id, routedAt: map[string]time.Time{}, released: map[string][]time.Time{}}
 	w.write("tier.toml", fmt.Sprintf(availTier, w.dir, w.dir, w.dir, freePort(t)))
 	w.write("job.sh", fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml\n", w.dir, w.dir))
 	w.write("keeper.toml", fmt.Sprintf(`state_dir = "%s/keeper"
@@ -101,33 +78,7 @@ job_name = %[2]q
 test = ["true"]
 reload = ["true"]
 `, w.dir, w.jobName))
-	kcfg, err := keeper.Load(filepath.Join(w.dir, "keeper.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.ucfg, err = upstreams.Load(filepath.Join(w.dir, "upstreams.toml")); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.stop = cancel
-	klog := hclog.New(&hclog.LoggerOptions{Name: "keeper", Output: &releaseSpy{w: w}, Level: hclog.Info})
-	k := keeper.New(kcfg, keeper.Options{Log: klog})
-	passes := make(chan upstreams.PassResult)
-	u := upstreams.New(w.ucfg, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c})
-	w.done.Add(3)
-	go func() { defer w.done.Done(); _ = k.Run(ctx, keeper.RunOptions{Interval: 30 * time.Second}) }()
-	go func() { defer w.done.Done(); _ = u.Watch(ctx, upstreams.WatchOptions{Passed: passes}) }()
-	go func() {
-		defer w.done.Done()
-		for {
-			select {
-			case p := <-passes:
-				w.observe(p.Report, time.Now())
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	w.ucfg = w.start(&releaseSpy{w: w}, w.observe)
 	t.Cleanup(w.close)
 	return w
 }
@@ -152,13 +103,6 @@ heartbeat = "1s"
 lease = "10s"
 `
 
-func (w *availWorld) write(name, body string) {
-	w.t.Helper()
-	if err := os.WriteFile(filepath.Join(w.dir, name), []byte(body), 0o755); err != nil {
-		w.t.Fatal(err)
-	}
-}
-
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -172,20 +116,7 @@ func freePort(t testing.TB) int {
 // close cancels the tier's and the test's jobs, waits until they are gone,
 // then stops the keeper and watch.
 func (w *availWorld) close() {
-	w.stop()
-	w.done.Wait()
-	for _, name := range []string{w.jobName, "vasp-" + w.jobName} { // scancel -n takes one name
-		_ = exec.Command("scancel", "-n", name).Run()
-	}
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		out, err := exec.Command("squeue", "-h", "-n", w.jobName+",vasp-"+w.jobName).Output()
-		if err == nil && len(bytes.TrimSpace(out)) == 0 {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if w.t.Failed() {
+	if !w.shutdown(w.jobName, "vasp-"+w.jobName) {
 		b, _ := os.ReadFile(filepath.Join(w.dir, "job.out"))
 		w.t.Logf("job output (last 3000 bytes):\n%s", tail(b, 3000))
 		return
@@ -249,27 +180,7 @@ func (s *releaseSpy) Write(p []byte) (int, error) {
 }
 
 // jobs lists the tier's jobs; more than one is a duplicate.
-func (w *availWorld) jobs() []slurm.QueuedJob {
-	w.t.Helper()
-	js, err := w.c.Queue(context.Background(), slurm.QueueQuery{Names: []string{w.jobName}})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return js
-}
-
-// waitFor polls cond every 50 ms until it holds or d passes.
-func (w *availWorld) waitFor(what string, d time.Duration, cond func() bool) time.Time {
-	w.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("gave up waiting %v for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Now()
-}
+func (w *availWorld) jobs() []slurm.QueuedJob { return w.queue(w.jobName) }
 
 // up waits until the tier runs and is routed, and returns its job.
 func (w *availWorld) up(d time.Duration) slurm.QueuedJob {

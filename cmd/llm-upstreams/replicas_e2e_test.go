@@ -3,10 +3,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,9 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
-	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/slurm"
 	"slurm-llm/slurm/slurmtest"
@@ -38,12 +32,9 @@ import (
 // of the generator's own requests first, as nginx's least_conn would.
 
 type replicaWorld struct {
-	t       testing.TB
-	dir     string
+	*e2eController
 	jobName string
-	c       *slurm.Client
-	stop    func()
-	done    sync.WaitGroup
+	closed  sync.Once
 
 	mu      sync.Mutex
 	servers []string // routed servers of tier fast, last pass
@@ -52,28 +43,11 @@ type replicaWorld struct {
 func newReplicaWorld(t testing.TB, maxReplicas, slots int) *replicaWorld {
 	t.Helper()
 	slurmtest.Need(t, "netns")
-	b := make([]byte, 4)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
-	w := &replicaWorld{t: t, dir: filepath.Join(os.TempDir(), "slurm-llm-e2e-replicas-"+id), jobName: "llm-rep-" + id, c: &slurm.Client{}}
-	for _, d := range []string{"endpoints", "logs", "out", "state", "keeper"} {
-		if err := os.MkdirAll(filepath.Join(w.dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for bin, pkg := range map[string]string{"llm-supervisor": "slurm-llm/cmd/llm-supervisor", "fake-llama": "slurm-llm/cmd/fake-llama"} {
-		if out, err := exec.Command("go", "build", "-o", filepath.Join(w.dir, bin), pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	write := func(name, body string) {
-		if err := os.WriteFile(filepath.Join(w.dir, name), []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("tier.toml", fmt.Sprintf(replicaTier, w.dir, w.dir, w.dir, slots, freePort(t)))
-	write("job.sh", fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml\n", w.dir, w.dir))
-	write("keeper.toml", fmt.Sprintf(`state_dir = "%[1]s/keeper"
+	e, id := newE2EController(t, "replicas")
+	w := &replicaWorld{e2eController: e, jobName: "llm-rep-" + id}
+	w.write("tier.toml", fmt.Sprintf(replicaTier, w.dir, w.dir, w.dir, slots, freePort(t)))
+	w.write("job.sh", fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml\n", w.dir, w.dir))
+	w.write("keeper.toml", fmt.Sprintf(`state_dir = "%[1]s/keeper"
 endpoint_dir = "%[1]s/endpoints"
 scale_interval = "1s"
 [tiers.fast]
@@ -93,7 +67,7 @@ grow_after = "1s"
 idle_after = "5s"
 start_timeout = "20s"
 `, w.dir, w.jobName, maxReplicas))
-	write("upstreams.toml", fmt.Sprintf(`endpoint_dir = "%[1]s/endpoints"
+	w.write("upstreams.toml", fmt.Sprintf(`endpoint_dir = "%[1]s/endpoints"
 output_dir = "%[1]s/out"
 lock_file = "%[1]s/lock"
 state_dir = "%[1]s/state"
@@ -105,39 +79,15 @@ job_name = %[2]q
 test = ["true"]
 reload = ["true"]
 `, w.dir, w.jobName))
-	kcfg, err := keeper.Load(filepath.Join(w.dir, "keeper.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ucfg, err := upstreams.Load(filepath.Join(w.dir, "upstreams.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	w.stop = cancel
-	k := keeper.New(kcfg, keeper.Options{Log: hclog.New(&hclog.LoggerOptions{Name: "keeper", Output: tbWriter{t: t}, Level: hclog.Info})})
-	passes := make(chan upstreams.PassResult)
-	u := upstreams.New(ucfg, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c})
-	w.done.Add(3)
-	go func() { defer w.done.Done(); _ = k.Run(ctx, keeper.RunOptions{Interval: 30 * time.Second}) }()
-	go func() { defer w.done.Done(); _ = u.Watch(ctx, upstreams.WatchOptions{Passed: passes}) }()
-	go func() {
-		defer w.done.Done()
-		for {
-			select {
-			case p := <-passes:
-				for _, tr := range p.Report.Tiers {
-					if tr.Tier == "fast" && tr.ServedBy == "fast" {
-						w.setServers(tr.Servers)
-					} else if tr.Tier == "fast" {
-						w.setServers(nil)
-					}
-				}
-			case <-ctx.Done():
-				return
+	w.start(tbWriter{t: t}, func(rep upstreams.Report, _ time.Time) {
+		for _, tr := range rep.Tiers {
+			if tr.Tier == "fast" && tr.ServedBy == "fast" {
+				w.setServers(tr.Servers)
+			} else if tr.Tier == "fast" {
+				w.setServers(nil)
 			}
 		}
-	}()
+	})
 	t.Cleanup(w.close)
 	return w
 }
@@ -176,23 +126,12 @@ func (w *replicaWorld) routed() []string {
 }
 
 // close stops the keeper and watch, then cancels the test's jobs and waits
-// until they are gone.
-func (w *replicaWorld) close() {
-	w.stop()
-	w.done.Wait()
-	names := []string{w.jobName, w.jobName + "-extra", "vasp-" + w.jobName}
-	for _, name := range names {
-		_ = exec.Command("scancel", "-n", name).Run()
-	}
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		out, err := exec.Command("squeue", "-h", "-n", strings.Join(names, ",")).Output()
-		if err == nil && len(bytes.TrimSpace(out)) == 0 {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if w.t.Failed() {
+// until they are gone; once (a benchmark closes each world before its next
+// one, and the cleanup then finds it closed).
+func (w *replicaWorld) close() { w.closed.Do(w.closeOnce) }
+
+func (w *replicaWorld) closeOnce() {
+	if !w.shutdown(w.jobName, w.jobName+"-extra", "vasp-"+w.jobName) {
 		outs, _ := filepath.Glob(filepath.Join(w.dir, "job-*.out"))
 		for _, f := range outs {
 			b, _ := os.ReadFile(f)
@@ -203,25 +142,15 @@ func (w *replicaWorld) close() {
 	os.RemoveAll(w.dir)
 }
 
-func (w *replicaWorld) jobs(name string) []slurm.QueuedJob {
-	w.t.Helper()
-	js, err := w.c.Queue(context.Background(), slurm.QueueQuery{Names: []string{name}})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return js
-}
+func (w *replicaWorld) jobs(name string) []slurm.QueuedJob { return w.queue(name) }
 
+// waitFor is the controller's, with the routed servers and the extras in
+// its failure.
 func (w *replicaWorld) waitFor(what string, d time.Duration, cond func() bool) time.Time {
 	w.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			w.t.Fatalf("gave up waiting %v for %s (routed %v, extras %v)", d, what, w.routed(), w.jobs(w.jobName+"-extra"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Now()
+	return w.e2eController.waitFor(what, d, cond, func() string {
+		return fmt.Sprintf("(routed %v, extras %v)", w.routed(), w.jobs(w.jobName+"-extra"))
+	})
 }
 
 // load sends n concurrent request loops to the routed servers until ctx
@@ -300,6 +229,52 @@ func complete(c *http.Client, server string) (bool, int, error) {
 	return true, strings.Count(string(b), "tok"), nil
 }
 
+// grown waits, once a load of 6 has started, until a second and a third
+// replica are routed, and returns how long each took from the call.
+func (w *replicaWorld) grown() (second, third time.Duration) {
+	w.t.Helper()
+	start := time.Now()
+	s := w.waitFor("a second replica routed", 60*time.Second, func() bool { return len(w.routed()) >= 2 })
+	th := w.waitFor("a third replica routed", 60*time.Second, func() bool { return len(w.routed()) == 3 })
+	return s.Sub(start), th.Sub(start)
+}
+
+// shrunk stops the load and returns how long after its last request the
+// tier was back to its kept replica alone (no extra listed).
+func (w *replicaWorld) shrunk(stopLoad func(), wg *sync.WaitGroup) time.Duration {
+	w.t.Helper()
+	stopLoad()
+	wg.Wait()
+	end := time.Now()
+	back := w.waitFor("back to the kept replica alone", 90*time.Second, func() bool {
+		return len(w.routed()) == 1 && len(w.jobs(w.jobName+"-extra")) == 0
+	})
+	return back.Sub(end)
+}
+
+// BenchmarkE2EReplicasReaction: the fast tier (max 3, grow_after 1 s,
+// idle_after 5 s, the fake's load 0.3 s) under a load of 6: load starts →
+// second and third replica routed; load stops → back to min.
+func BenchmarkE2EReplicasReaction(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		w := newReplicaWorld(b, 3, 2)
+		w.waitFor("the kept replica routed", 90*time.Second, func() bool { return len(w.routed()) == 1 })
+		ctx, stopLoad := context.WithCancel(context.Background())
+		l, wg := w.startLoad(ctx, 6)
+		second, third := w.grown()
+		back := w.shrunk(stopLoad, wg)
+		if f := l.failed.Load(); f > 0 {
+			b.Errorf("%d requests failed (last: %v)", f, l.lastErr.Load())
+		}
+		w.close()
+		b.ReportMetric(second.Seconds(), "second-routed-s")
+		b.ReportMetric(third.Seconds(), "third-routed-s")
+		b.ReportMetric(back.Seconds(), "back-to-min-s")
+		b.Logf("load → 2nd routed %.1f s, 3rd %.1f s; load stopped → back to min %.1f s (idle_after 5 s)",
+			second.Seconds(), third.Seconds(), back.Seconds())
+	}
+}
+
 // TestE2EReplicasGrowGiveWayAndShrink: under load the tier grows from one
 // replica onto the idle nodes, one extra at a time, each its own
 // --no-requeue job; a science job taking one extra's node ends that
@@ -316,12 +291,9 @@ func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
 
 	ctx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()
-	loadStart := time.Now()
 	l, wg := w.startLoad(ctx, 6)
-	second := w.waitFor("a second replica routed", 60*time.Second, func() bool { return len(w.routed()) >= 2 })
-	third := w.waitFor("a third replica routed", 60*time.Second, func() bool { return len(w.routed()) == 3 })
-	t.Logf("load started → 2nd replica routed %.1fs, 3rd %.1fs (grow_after 1s, fake load 0.3s)",
-		second.Sub(loadStart).Seconds(), third.Sub(loadStart).Seconds())
+	second, third := w.grown()
+	t.Logf("load started → 2nd replica routed %.1fs, 3rd %.1fs (grow_after 1s, fake load 0.3s)", second.Seconds(), third.Seconds())
 	extras := w.jobs(w.jobName + "-extra")
 	if len(extras) != 2 {
 		t.Fatalf("extra jobs %+v, want 2", extras)
@@ -371,14 +343,9 @@ func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
 	_ = exec.Command("scancel", science).Run()
 
 	// Load stops: the extras end after idle_after; the kept one stays.
-	stopLoad()
-	wg.Wait()
-	loadEnd := time.Now()
-	back := w.waitFor("back to the kept replica alone", 90*time.Second, func() bool {
-		return len(w.routed()) == 1 && len(w.jobs(w.jobName+"-extra")) == 0
-	})
+	back := w.shrunk(stopLoad, wg)
 	t.Logf("load stopped → back to min %.1fs (idle_after 5s); %d requests done, %d failed (last: %v)",
-		back.Sub(loadEnd).Seconds(), l.done.Load(), l.failed.Load(), l.lastErr.Load())
+		back.Seconds(), l.done.Load(), l.failed.Load(), l.lastErr.Load())
 	if js := w.jobs(w.jobName); len(js) != 1 || js[0].ID != kept[0].ID || js[0].State != slurm.JobRunning {
 		t.Errorf("kept replica after shrinking: %+v, want job %s still running", js, kept[0].ID)
 	}
