@@ -298,8 +298,9 @@ func (k *Keeper) Run(ctx context.Context, opts RunOptions) error {
 	}
 }
 
-// scaleOnce runs one scale check and logs a change of what it says per
-// tier (the decision is logged by scaleTier when it acts).
+// scaleOnce runs one scale check: scaleTier logs what it submits or
+// cancels, this a check that failed (Warn) and why a tier with demand did
+// not grow (Debug, every check).
 func (k *Keeper) scaleOnce(ctx context.Context) {
 	results, err := k.Scale(ctx)
 	if err != nil && ctx.Err() == nil {

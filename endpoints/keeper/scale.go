@@ -55,13 +55,15 @@ type ScaleFacts struct {
 // is kept queued (min) or extra, its node, Slurm's state, and what its
 // endpoint file says.
 type Replica struct {
-	JobID    string         `json:"job_id"`
-	Extra    bool           `json:"extra"`
-	State    slurm.JobState `json:"state"`
-	Node     string         `json:"node,omitempty"`
-	Endpoint string         `json:"endpoint,omitempty"`
-	InFlight *int           `json:"in_flight,omitempty"`
-	Submit   time.Time      `json:"submit"`
+	JobID string         `json:"job_id"`
+	Extra bool           `json:"extra"`
+	State slurm.JobState `json:"state"`
+	Node  string         `json:"node,omitempty"`
+	// Partition is the job's (its first, as squeue lists it).
+	Partition string    `json:"partition"`
+	Endpoint  string    `json:"endpoint,omitempty"`
+	InFlight  *int      `json:"in_flight,omitempty"`
+	Submit    time.Time `json:"submit"`
 }
 
 // Replicas lists the tier's jobs (kept and extra, of owner uid) with their
@@ -79,7 +81,7 @@ func (f ScaleFacts) Replicas(cfg TierConfig, owner uint32) []Replica {
 		if j.UID != owner || (j.Name != cfg.JobName && !extra) {
 			continue
 		}
-		r := Replica{JobID: j.ID, Extra: extra, State: j.State, Node: j.NodeList, Submit: j.Submit}
+		r := Replica{JobID: j.ID, Extra: extra, State: j.State, Node: j.NodeList, Partition: j.Partition, Submit: j.Submit}
 		if e, ok := files[j.ID]; ok {
 			r.Endpoint, r.InFlight = string(e.State), e.InFlight
 		}
@@ -239,13 +241,12 @@ func yieldTo(cfg TierConfig, owner uint32, f ScaleFacts, extras []Replica) (Repl
 		if err != nil || len(nodes) == 0 {
 			continue
 		}
-		ownPart := replicaPartition(f.Jobs, r.JobID)
 		for _, w := range waitingJobs(cfg, owner, f.Jobs) {
 			part, ok := f.Partitions[w.Partition]
 			if !ok || !overlaps(part.Nodes, nodes) {
 				continue
 			}
-			if own, ok := f.Partitions[ownPart]; ok && part.PriorityTier > own.PriorityTier {
+			if own, ok := f.Partitions[r.Partition]; ok && part.PriorityTier > own.PriorityTier {
 				continue // Slurm preempts for it
 			}
 			return r, w, true
@@ -274,16 +275,6 @@ func waitingJobs(cfg TierConfig, owner uint32, jobs []slurm.QueuedJob) []slurm.Q
 // a job waiting for a dependency, a limit or a hold does not.
 var wantsNodes = map[string]bool{"Resources": true, "Priority": true, "None": true, "BeginTime": true,
 	"ReqNodeNotAvail": true, "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions": true}
-
-// replicaPartition is the partition job id runs in ("" if not listed).
-func replicaPartition(jobs []slurm.QueuedJob, id string) string {
-	for _, j := range jobs {
-		if j.ID == id {
-			return j.Partition
-		}
-	}
-	return ""
-}
 
 func overlaps(a, b []string) bool {
 	for _, x := range a {

@@ -165,23 +165,30 @@ func TestGrowCheck(t *testing.T) {
 	}
 }
 
+// scaleRig is a keeper of the fast tier with replicas over the fake
+// scheduler (the local cluster's partitions) and an endpoint directory,
+// with this process's uid as the jobs' owner.
+func scaleRig(t *testing.T) (cfg Config, f *fakeSlurm, epDir string, uid uint32) {
+	t.Helper()
+	dir := t.TempDir()
+	epDir = filepath.Join(dir, "endpoints")
+	if err := os.MkdirAll(epDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg = Config{StateDir: filepath.Join(dir, "state"), LockTimeout: time.Second, EndpointDir: epDir,
+		ScaleInterval: time.Second, Tiers: map[string]TierConfig{"fast": fastReplicas()}}
+	f = newFakeSlurm()
+	f.parts = parts
+	return cfg, f, epDir, uint32(os.Getuid())
+}
+
 // TestScaleGrowsAndCancels runs Scale against the fake scheduler and an
 // endpoint directory: demand held → sbatch --test-only → sbatch of an
 // extra with --no-requeue and the idle exit; a scheduler error submits and
 // cancels nothing.
 func TestScaleGrowsAndCancels(t *testing.T) {
-	dir := t.TempDir()
-	epDir := filepath.Join(dir, "endpoints")
-	if err := os.MkdirAll(epDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tc := fastReplicas()
-	cfg := Config{StateDir: filepath.Join(dir, "state"), LockTimeout: time.Second, EndpointDir: epDir,
-		ScaleInterval: time.Second, Tiers: map[string]TierConfig{"fast": tc}}
-	f := newFakeSlurm()
-	f.parts = parts
+	cfg, f, epDir, uid := scaleRig(t)
 	f.estimate = slurm.StartEstimate{JobID: "99", Start: scaleNow, Nodes: []string{"node2"}, Partition: "gpu_ai"}
-	uid := uint32(os.Getuid())
 	kept := job("10", "llm-fast", slurm.JobRunning, "node1")
 	kept.UID = uid
 	f.queued = []slurm.QueuedJob{kept}
@@ -239,17 +246,7 @@ func writeEndpoint(t *testing.T, dir, job string, inFlight int) {
 }
 
 func TestScaleTierPersistsAndStatusShowsReplicas(t *testing.T) {
-	dir := t.TempDir()
-	epDir := filepath.Join(dir, "endpoints")
-	if err := os.MkdirAll(epDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tc := fastReplicas()
-	cfg := Config{StateDir: filepath.Join(dir, "state"), LockTimeout: time.Second, EndpointDir: epDir,
-		Tiers: map[string]TierConfig{"fast": tc}}
-	f := newFakeSlurm()
-	f.parts = parts
-	uid := uint32(os.Getuid())
+	cfg, f, epDir, uid := scaleRig(t)
 	kept, extra := job("10", "llm-fast", slurm.JobRunning, "node1"), job("11", "llm-fast-extra", slurm.JobRunning, "node2")
 	kept.UID, extra.UID = uid, uid
 	f.queued = []slurm.QueuedJob{extra, kept}

@@ -44,17 +44,26 @@ type TierStatus struct {
 }
 
 // Status reports every tier in name order. It asks squeue once per tier
-// and writes nothing; a tier whose state or listing failed says so in its
-// entry.
+// (and, when a tier has replicas, gathers the scale check's facts once for
+// all of them) and writes nothing; a tier whose state or listing failed
+// says so in its entry.
 func (k *Keeper) Status(ctx context.Context) []TierStatus {
 	var out []TierStatus
+	var facts *ScaleFacts
 	for _, name := range k.cfg.TierNames() {
-		out = append(out, k.tierStatus(ctx, k.cfg.Tiers[name]))
+		tc := k.cfg.Tiers[name]
+		if tc.Replicas.Max > 0 && facts == nil {
+			f := k.gatherScale(ctx)
+			facts = &f
+		}
+		out = append(out, k.tierStatus(ctx, tc, facts))
 	}
 	return out
 }
 
-func (k *Keeper) tierStatus(ctx context.Context, tc TierConfig) TierStatus {
+// tierStatus is one tier's entry; facts are the scale check's (nil for a
+// tier without replicas).
+func (k *Keeper) tierStatus(ctx context.Context, tc TierConfig, facts *ScaleFacts) TierStatus {
 	ts := TierStatus{Tier: tc.Name, JobName: tc.JobName}
 	st, err := k.store.Load(tc.Name)
 	if err != nil {
@@ -76,10 +85,10 @@ func (k *Keeper) tierStatus(ctx context.Context, tc TierConfig) TierStatus {
 		tc = effectiveTier(tc, st)
 		rep := tc.Replicas
 		ts.Replicas, ts.LastScale = &rep, st.Scale
-		if f := k.gatherScale(ctx); f.Err != nil {
-			ts.ReplicasError = f.Err.Error()
+		if facts.Err != nil {
+			ts.ReplicasError = facts.Err.Error()
 		} else {
-			ts.ReplicaList = f.Replicas(tc, k.owner)
+			ts.ReplicaList = facts.Replicas(tc, k.owner)
 		}
 	}
 	ts.Next = Decide(tc, st, jobs, listErr, now)
