@@ -32,6 +32,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/keeper"
+	"slurm-llm/endpoints/upstreams"
 )
 
 // Exit codes of keep and tier (the same numbers as the rest of the binary).
@@ -163,6 +164,14 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 		*interval = keepDefaultInterval
 	}
 	log.Info("keeping tiers queued", "tiers", cfg.TierNames(), "interval", *interval)
+	if cfg.MetricsListen != "" {
+		go func() {
+			if err := upstreams.ServeMetrics(ctx, cfg.MetricsListen, k); err != nil {
+				log.Error("metrics server stopped; the keeper goes on without it", "error", err)
+			}
+		}()
+		log.Info("serving metrics", "addr", cfg.MetricsListen)
+	}
 	notify, every := systemdNotifier(log)
 	if err := k.Run(ctx, keeper.RunOptions{Interval: *interval, Notify: notify, WatchdogInterval: every}); err != nil {
 		log.Error("keeper stopped", "error", err)

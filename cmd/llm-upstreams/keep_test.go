@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -169,4 +172,44 @@ func TestKeepLoopStopsOnSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("keep did not stop within 10s of SIGINT")
 	}
+}
+
+// TestKeepServesMetrics runs the loop with [metrics] listen and scrapes
+// it: the tier wanted, and the failed squeue calls counted (no Slurm).
+func TestKeepServesMetrics(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the keeper listens there next; nothing else on loopback takes a port this test just freed
+	cfg := keepConfigWith(t, fmt.Sprintf("[metrics]\nlisten = %q\n", addr))
+	withoutSlurm(t)
+	done := make(chan int, 1)
+	go func() { done <- runKeep([]string{"--interval", "10ms", "--config", cfg}, &bytes.Buffer{}, io.Discard) }()
+	defer func() {
+		if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("keep did not stop within 10s of SIGINT")
+		}
+	}()
+	errorsRE := regexp.MustCompile(`(?m)^llm_keeper_scheduler_errors_total [1-9][0-9]*$`)
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			if strings.Contains(body, `llm_keeper_replicas{tier="fast",state="wanted"} 1`) && errorsRE.MatchString(body) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // polling a server, not synchronising on time
+	}
+	t.Fatalf("no scrape within 10s showed the tier wanted and the scheduler errors; last:\n%s", body)
 }

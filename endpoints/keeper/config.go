@@ -3,6 +3,7 @@ package keeper
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -53,6 +54,9 @@ type Config struct {
 	// the tiers with replicas (one squeue and one scontrol call, the
 	// endpoint files, an sbatch --test-only when growing).
 	ScaleInterval time.Duration
+	// MetricsListen is the HTTP address `keep --interval` serves /metrics
+	// on ([metrics] listen, "127.0.0.1:9466"); "" means none.
+	MetricsListen string
 	// Tiers maps tier name to its settings.
 	Tiers map[string]TierConfig
 	// Path is the file Load read.
@@ -198,6 +202,7 @@ func (c *Config) decode(d *tomlconf.Decoder) {
 		"requeue_hold_max":  d.Duration(&c.RequeueHoldMax),
 		"endpoint_dir":      d.String(&c.EndpointDir),
 		"scale_interval":    d.Duration(&c.ScaleInterval),
+		"metrics":           d.TableField(map[string]tomlconf.Field{"listen": d.String(&c.MetricsListen)}),
 		"tiers":             d.Each(func(name string) tomlconf.Field { return c.decodeTier(d, name) }),
 	})
 }
@@ -283,6 +288,11 @@ func (c *Config) validate(d *tomlconf.Decoder) {
 	}
 	if c.ScaleInterval <= 0 {
 		d.Invalid(toml.Key{"scale_interval"}, "want a positive duration")
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			d.Invalid(toml.Key{"metrics", "listen"}, "want host:port (\"127.0.0.1:9466\"): %v", err)
+		}
 	}
 	jobNames := map[string]string{}
 	claim := func(key toml.Key, name, tier string) {

@@ -101,6 +101,12 @@ release = "yes"
 			"k.toml:7: tiers.fast.release: must be a boolean (got string)",
 		}},
 		{name: "no tiers", toml: `state_dir = "/k"`, want: []string{"k.toml: tiers: want at least one [tiers.NAME] table"}},
+		{name: "metrics listen without a port", toml: `state_dir = "/k"
+[metrics]
+listen = "127.0.0.1"
+[tiers.a]
+script = "/s"
+`, want: []string{`k.toml:3: metrics.listen: want host:port ("127.0.0.1:9466"): address 127.0.0.1: missing port in address`}},
 		{name: "two tiers, one job name", toml: `state_dir = "/k"
 [tiers.a]
 script = "/s"

@@ -69,11 +69,13 @@ type Keeper struct {
 	now   func() time.Time
 	store *Store
 	owner uint32
+	// metrics count what passes, release and scale checks saw and did.
+	metrics *Metrics
 }
 
 // New returns a Keeper for cfg (as Load returns it).
 func New(cfg Config, opts Options) *Keeper {
-	k := &Keeper{cfg: cfg, sched: opts.Scheduler, log: opts.Log, now: opts.Now, store: NewStore(cfg.StateDir)}
+	k := &Keeper{cfg: cfg, sched: opts.Scheduler, log: opts.Log, now: opts.Now, store: NewStore(cfg.StateDir), metrics: newMetrics()}
 	if k.sched == nil {
 		k.sched = &slurm.Client{Timeout: cfg.SchedulerTimeout, User: cfg.SubmitAs}
 	}
@@ -151,11 +153,13 @@ func (k *Keeper) passTier(ctx context.Context, tc TierConfig) TierResult {
 	jobs, listErr := k.sched.JobsByName(ctx, tc.JobName)
 	if listErr == nil {
 		before := st.Unhealthy
+		k.metrics.listedTier(tc.Name, jobs, now)
 		st = Observe(tc, st, jobs, now)
 		if before > 0 && st.Unhealthy == 0 {
 			log.Info("job ran long enough, backoff reset", "job_id", st.JobID, "healthy_reset", tc.HealthyReset)
 		}
 	} else {
+		k.metrics.schedulerError()
 		st = RecordError(st, listErr, now)
 	}
 	d := Decide(tc, st, jobs, listErr, now)
@@ -182,13 +186,18 @@ func (k *Keeper) act(ctx context.Context, log hclog.Logger, tc TierConfig, st Ti
 		st, res = k.submit(ctx, log, tc, st, res, now)
 	case ActionCancelExtras:
 		log.Warn("too many jobs, cancelling extras", "keep", d.Keep, "cancel", d.Cancel, "reason", d.Reason)
+		cancelled := 0
 		for _, id := range d.Cancel {
 			if err := k.sched.Cancel(ctx, id); err != nil {
 				log.Error("cancel extra job", "job_id", id, "error", err)
+				k.metrics.schedulerError()
 				st = RecordError(st, err, now)
 				res.Err = errors.Join(res.Err, err)
+				continue
 			}
+			cancelled++
 		}
+		k.metrics.did(tc.Name, 0, cancelled)
 	}
 	return st, res
 }
@@ -210,7 +219,9 @@ func (k *Keeper) submit(ctx context.Context, log hclog.Logger, tc TierConfig, st
 		ids = append(ids, id)
 	}
 	st = RecordSubmits(st, ids, err, now)
+	k.metrics.did(tc.Name, len(ids), 0)
 	if err != nil {
+		k.metrics.schedulerError()
 		log.Error("submit failed", "script", tc.Script, "submitted", ids, "unhealthy_submits", st.Unhealthy,
 			"next_backoff", Backoff(tc, st.Unhealthy), "error", err)
 		res.Err = errors.Join(res.Err, err)

@@ -169,6 +169,11 @@ func (k *Keeper) Release(ctx context.Context) ReleaseResult {
 	}
 	jobs, err := k.sched.Queue(ctx, slurm.QueueQuery{Names: names, User: k.cfg.SubmitAs})
 	res := ReleaseResult{ListErr: err, Err: err, Next: now.Add(k.cfg.ReleaseInterval)}
+	if err != nil {
+		k.metrics.schedulerError()
+	} else {
+		k.metrics.listedKept(k.cfg, jobs, now)
+	}
 	res.Decisions = PlanReleases(k.cfg, k.cfg.ReleasePolicy(), states, stateErrs, jobs, err, k.owner, now)
 	for i, d := range res.Decisions {
 		switch d.Verdict {
@@ -181,8 +186,10 @@ func (k *Keeper) Release(ctx context.Context) ReleaseResult {
 				res.Decisions[i].Verdict, res.Decisions[i].Failed = VerdictLeave, true
 				res.Decisions[i].Reason = "release failed, tried again at the next check: " + rerr.Error()
 				res.Err = errors.Join(res.Err, rerr)
+				k.metrics.schedulerError()
 				continue
 			}
+			k.metrics.releasedJob(d.Tier)
 			res.Released = append(res.Released, d.Job)
 		}
 	}

@@ -46,9 +46,11 @@ func (k *Keeper) scaledTiers() []TierConfig {
 func (k *Keeper) gatherScale(ctx context.Context) ScaleFacts {
 	var f ScaleFacts
 	if f.Jobs, f.Err = k.sched.Queue(ctx, slurmQueueAll); f.Err != nil {
+		k.metrics.schedulerError()
 		return f
 	}
 	if f.Partitions, f.Err = k.sched.Partitions(ctx); f.Err != nil {
+		k.metrics.schedulerError()
 		return f
 	}
 	scan, err := endpoints.ReadDir(k.cfg.EndpointDir, endpoints.ReadOptions{AllowedUIDs: []uint32{k.owner}})
@@ -110,6 +112,7 @@ func (k *Keeper) scaleTier(ctx context.Context, tc TierConfig, facts ScaleFacts)
 	case ScaleCancel:
 		for _, id := range d.Cancel {
 			if err := k.sched.Cancel(ctx, id); err != nil {
+				k.metrics.schedulerError()
 				res.Err = errors.Join(res.Err, err)
 				continue
 			}
@@ -118,6 +121,9 @@ func (k *Keeper) scaleTier(ctx context.Context, tc TierConfig, facts ScaleFacts)
 		log.Info("extra replicas cancelled", "cancelled", res.Cancelled, "reason", d.Reason, "error", res.Err)
 	case ScaleTest:
 		st, res = k.grow(ctx, log, tc, st, facts, res, now)
+	}
+	if facts.Err == nil {
+		k.metrics.scaled(tc.Name, facts.Replicas(tc, k.owner), res)
 	}
 	st.Scale = string(d.Action) + ": " + d.Reason
 	if res.Why != "" {
@@ -136,6 +142,7 @@ func (k *Keeper) grow(ctx context.Context, log hclog.Logger, tc TierConfig, st T
 	args := ExtraSbatchArgs(tc, rep)
 	est, err := k.sched.TestSubmit(ctx, tc.Script, args...)
 	if err != nil {
+		k.metrics.schedulerError()
 		res.Err = err
 		res.Why = "sbatch --test-only: " + err.Error()
 		return st, res
@@ -148,6 +155,7 @@ func (k *Keeper) grow(ctx context.Context, log hclog.Logger, tc TierConfig, st T
 	id, err := k.sched.Submit(ctx, tc.Script, args...)
 	st.ExtraSubmits = append(recentSubmits(st.ExtraSubmits, now), now)
 	if err != nil {
+		k.metrics.schedulerError()
 		res.Err = err
 		st = RecordError(st, err, now)
 		log.Error("extra replica not submitted", "error", err)

@@ -325,8 +325,14 @@ func (m *Metrics) WriteTextfile(path string) error {
 	return nil
 }
 
+// PrometheusWriter writes metrics in Prometheus' text format: the
+// watcher's *Metrics, and the keeper's.
+type PrometheusWriter interface {
+	WritePrometheus(w io.Writer) error
+}
+
 // ServeMetrics serves GET /metrics on addr until ctx ends.
-func ServeMetrics(ctx context.Context, addr string, m *Metrics) error {
+func ServeMetrics(ctx context.Context, addr string, m PrometheusWriter) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listen %s: %w", addr, err)

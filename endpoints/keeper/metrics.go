@@ -1,0 +1,287 @@
+package keeper
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"slurm-llm/endpoints"
+	"slurm-llm/slurm"
+	"slurm-llm/supervisor/elastic"
+)
+
+// Metrics are the keeper's figures for Prometheus (`[metrics] listen` in
+// keeper.toml): per tier, the jobs it wants and what Slurm and the files
+// say of them, and counters of what it did. The job counts come from the
+// last listing that saw them (the release check every release_interval,
+// the pass, the scale check every scale_interval); routed replicas and
+// live members are read from the endpoint directory at each scrape.
+type Metrics struct {
+	mu sync.Mutex
+	// kept and extras are each tier's jobs of its job name and of its
+	// extra_job_name, as the last listing of them saw them.
+	kept, extras map[string]jobCount
+	// extrasWanted is, per tier with replicas, the extras the last scale
+	// check left wanted: those alive, less the ones it cancelled, plus the
+	// one it submitted.
+	extrasWanted map[string]int
+	submitted    map[tierKind]uint64
+	cancelled    map[tierKind]uint64
+	released     map[string]uint64
+	schedErrors  uint64
+	lastListing  time.Time
+}
+
+// jobCount is a tier's jobs by Slurm state.
+type jobCount struct{ pending, running int }
+
+// tierKind keys the counters: a tier and "kept" or "extra".
+type tierKind struct{ tier, kind string }
+
+func newMetrics() *Metrics {
+	return &Metrics{kept: map[string]jobCount{}, extras: map[string]jobCount{}, extrasWanted: map[string]int{},
+		submitted: map[tierKind]uint64{}, cancelled: map[tierKind]uint64{}, released: map[string]uint64{}}
+}
+
+// Metrics returns the keeper's metrics.
+func (k *Keeper) Metrics() *Metrics { return k.metrics }
+
+// countStates counts jobs by state: pending (requeued and held included)
+// and running (completing included: its node is not free yet).
+func countStates[J any](jobs []J, state func(J) slurm.JobState) jobCount {
+	var c jobCount
+	for _, j := range jobs {
+		switch state(j) {
+		case slurm.JobPending, slurm.JobRequeued, "REQUEUE_HOLD", "REQUEUE_FED":
+			c.pending++
+		case slurm.JobRunning, slurm.JobCompleting, slurm.JobSignaling, slurm.JobSuspended, "CONFIGURING":
+			c.running++
+		}
+	}
+	return c
+}
+
+// listedKept records a listing of every tier's kept jobs (the release
+// check's squeue: every tier's job name, the submitting account's).
+func (m *Metrics) listedKept(cfg Config, jobs []slurm.QueuedJob, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, name := range cfg.TierNames() {
+		jobName := cfg.Tiers[name].JobName
+		var mine []slurm.QueuedJob
+		for _, j := range jobs {
+			if j.Name == jobName {
+				mine = append(mine, j)
+			}
+		}
+		m.kept[name] = countStates(mine, func(j slurm.QueuedJob) slurm.JobState { return j.State })
+	}
+	m.lastListing = now
+}
+
+// listedTier records one tier's kept jobs as a pass listed them.
+func (m *Metrics) listedTier(tier string, jobs []slurm.JobRef, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.kept[tier] = countStates(jobs, func(j slurm.JobRef) slurm.JobState { return j.State })
+	m.lastListing = now
+}
+
+// scaled records what a scale check saw of a tier's extras and did.
+func (m *Metrics) scaled(tier string, reps []Replica, res ScaleResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var extras []Replica
+	for _, r := range reps {
+		if r.Extra {
+			extras = append(extras, r)
+		}
+	}
+	m.extras[tier] = countStates(extras, func(r Replica) slurm.JobState { return r.State })
+	wanted := len(extras) - len(res.Cancelled)
+	if res.Submitted != "" {
+		wanted++
+	}
+	m.extrasWanted[tier] = max(wanted, 0)
+	m.submittedLocked(tier, "extra", boolCount(res.Submitted != ""))
+	m.cancelled[tierKind{tier, "extra"}] += uint64(len(res.Cancelled))
+}
+
+func boolCount(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (m *Metrics) submittedLocked(tier, kind string, n int) {
+	m.submitted[tierKind{tier, kind}] += uint64(n)
+}
+
+// did records what a pass did about a tier's kept jobs.
+func (m *Metrics) did(tier string, submitted, cancelled int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.submittedLocked(tier, "kept", submitted)
+	m.cancelled[tierKind{tier, "kept"}] += uint64(cancelled)
+}
+
+// releasedJob counts a requeued job released early.
+func (m *Metrics) releasedJob(tier string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.released[tier]++
+}
+
+// schedulerError counts a scheduler call that failed or did not answer.
+func (m *Metrics) schedulerError() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.schedErrors++
+}
+
+// WritePrometheus writes the metrics in Prometheus' text format, reading
+// the tiers' state files and the endpoint directory for the figures that
+// are not counts of jobs.
+func (k *Keeper) WritePrometheus(w io.Writer) error {
+	live := k.liveCounts()
+	m := k.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var b bytes.Buffer
+	header := func(name, typ, help string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	names := k.cfg.TierNames()
+	header("llm_keeper_replicas", "gauge", "A tier's replicas (a tier without [replicas] is one): wanted (0 when disabled), "+
+		"pending and running in Slurm (kept and extra), and routed (a ready endpoint file with a live lease). Elastic tiers are in llm_keeper_members.")
+	for _, name := range names {
+		tc := k.cfg.Tiers[name]
+		if tc.elastic() {
+			continue
+		}
+		st, _ := k.store.Load(name) // unreadable: the config's word
+		wanted := 0
+		switch {
+		case !st.IsEnabled(tc):
+		case tc.Replicas.Max == 0:
+			wanted = tc.Members
+		default:
+			wanted = EffectiveReplicas(tc, st).Min + m.extrasWanted[name]
+		}
+		kept, extra := m.kept[name], m.extras[name]
+		fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"wanted\"} %d\n", name, wanted)
+		fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"pending\"} %d\n", name, kept.pending+extra.pending)
+		fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"running\"} %d\n", name, kept.running+extra.running)
+		if n, ok := live[name]; ok {
+			fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"routed\"} %d\n", name, n)
+		}
+	}
+	header("llm_keeper_replicas_bound", "gauge", "A tier's min and max replicas ([replicas], with an admin's `tier scale` applied).")
+	for _, name := range names {
+		tc := k.cfg.Tiers[name]
+		if tc.Replicas.Max == 0 {
+			continue
+		}
+		st, _ := k.store.Load(name)
+		r := EffectiveReplicas(tc, st)
+		fmt.Fprintf(&b, "llm_keeper_replicas_bound{tier=%q,bound=\"min\"} %d\n", name, r.Min)
+		fmt.Fprintf(&b, "llm_keeper_replicas_bound{tier=%q,bound=\"max\"} %d\n", name, r.Max)
+	}
+	header("llm_keeper_members", "gauge", "An elastic tier's members: wanted (0 when disabled), pending and running in Slurm, "+
+		"and live (a member file that says ready, with a live lease).")
+	for _, name := range names {
+		tc := k.cfg.Tiers[name]
+		if !tc.elastic() {
+			continue
+		}
+		st, _ := k.store.Load(name)
+		wanted := 0
+		if st.IsEnabled(tc) {
+			wanted = tc.Members
+		}
+		kept := m.kept[name]
+		fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"wanted\"} %d\n", name, wanted)
+		fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"pending\"} %d\n", name, kept.pending)
+		fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"running\"} %d\n", name, kept.running)
+		if n, ok := live[name]; ok {
+			fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"live\"} %d\n", name, n)
+		}
+	}
+	byKind := func(name string, c map[tierKind]uint64) {
+		for _, tier := range names {
+			for _, kind := range []string{"kept", "extra"} {
+				if kind == "extra" && !k.cfg.Tiers[tier].Replicas.Grows() {
+					continue
+				}
+				fmt.Fprintf(&b, "%s{tier=%q,kind=%q} %d\n", name, tier, kind, c[tierKind{tier, kind}])
+			}
+		}
+	}
+	header("llm_keeper_submitted_total", "counter", "Jobs the keeper submitted: kept (the tier's job name) or extra (replicas above min).")
+	byKind("llm_keeper_submitted_total", m.submitted)
+	header("llm_keeper_cancelled_total", "counter", "Jobs the keeper cancelled: kept (duplicates) or extra (idle, given way, over max, never started).")
+	byKind("llm_keeper_cancelled_total", m.cancelled)
+	header("llm_keeper_released_total", "counter", "Requeued jobs the keeper released before Slurm's own hold ended.")
+	for _, name := range names {
+		fmt.Fprintf(&b, "llm_keeper_released_total{tier=%q} %d\n", name, m.released[name])
+	}
+	header("llm_keeper_scheduler_errors_total", "counter", "Scheduler calls (squeue, sbatch, scancel, scontrol) that failed or did not answer.")
+	fmt.Fprintf(&b, "llm_keeper_scheduler_errors_total %d\n", m.schedErrors)
+	header("llm_keeper_last_listing_timestamp_seconds", "gauge", "When squeue last answered a listing of the tiers' jobs (0: never).")
+	last := 0.0
+	if !m.lastListing.IsZero() {
+		last = float64(m.lastListing.UnixMilli()) / 1000
+	}
+	fmt.Fprintf(&b, "llm_keeper_last_listing_timestamp_seconds %g\n", last)
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// elastic reports whether the tier keeps members (one-node jobs of one
+// elastic tier) rather than replicas.
+func (t TierConfig) elastic() bool { return t.Replicas.Max == 0 && t.Members > 1 }
+
+// liveCounts reads the endpoint directory (when the config names it): per
+// tier, the ready endpoint files with a live lease of the tier's jobs
+// (replicas routed), or for an elastic tier its ready member files with a
+// live lease. A tier missing from the map was not read.
+func (k *Keeper) liveCounts() map[string]int {
+	out := map[string]int{}
+	if k.cfg.EndpointDir == "" {
+		return out
+	}
+	now := k.now()
+	scan, err := endpoints.ReadDir(k.cfg.EndpointDir, endpoints.ReadOptions{AllowedUIDs: []uint32{k.owner}})
+	for _, name := range k.cfg.TierNames() {
+		tc := k.cfg.Tiers[name]
+		if tc.elastic() {
+			c, err := elastic.NewStore(k.cfg.EndpointDir, name, []uint32{k.owner}).Read()
+			if err != nil {
+				continue
+			}
+			n := 0
+			for _, mem := range c.Members {
+				if mem.State == elastic.StateReady && mem.Live(now) {
+					n++
+				}
+			}
+			out[name] = n
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		n := 0
+		for _, e := range scan.Entries {
+			ep := e.Endpoint
+			if ep.Tier == name && ep.State == endpoints.StateReady && now.Before(ep.LeaseExpires) {
+				n++
+			}
+		}
+		out[name] = n
+	}
+	return out
+}

@@ -1,0 +1,110 @@
+package keeper
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"slurm-llm/slurm"
+	"slurm-llm/supervisor/elastic"
+)
+
+// TestMetrics drives a keeper with a replicas tier, an elastic tier and a
+// plain one through a release check, a pass and a scale check against the
+// fake scheduler, and reads the figures an admin graphs: replicas wanted,
+// pending, running and routed; members wanted, pending, running and live;
+// what the keeper submitted and cancelled.
+func TestMetrics(t *testing.T) {
+	cfg, f, epDir, uid := scaleRig(t)
+	members := DefaultTier
+	members.Name, members.JobName, members.Script, members.Members = "reasoning", "llm-reasoning", "/s/r.sbatch", 3
+	plain := DefaultTier
+	plain.Name, plain.JobName, plain.Script, plain.Members = "small", "llm-small", "/s/small.sbatch", 1
+	cfg.Tiers["reasoning"], cfg.Tiers["small"] = members, plain
+
+	mine := func(j slurm.QueuedJob) slurm.QueuedJob { j.UID = uid; return j }
+	stale := mine(job("12", "llm-fast-extra", slurm.JobPending, "")) // pending past start_timeout: cancelled
+	f.queued = []slurm.QueuedJob{
+		mine(job("10", "llm-fast", slurm.JobRunning, "node1")),
+		mine(job("11", "llm-fast-extra", slurm.JobRunning, "node2")),
+		stale,
+		mine(job("20", "llm-reasoning", slurm.JobRunning, "node1")),
+		mine(job("21", "llm-reasoning", slurm.JobRunning, "node2")),
+		mine(job("22", "llm-reasoning", slurm.JobPending, "")),
+	}
+	f.queue["llm-fast"] = []slurm.JobRef{{ID: "10", State: slurm.JobRunning}}
+	f.queue["llm-reasoning"] = []slurm.JobRef{{ID: "20", State: slurm.JobRunning}, {ID: "21", State: slurm.JobRunning}, {ID: "22", State: slurm.JobPending}}
+	writeEndpoint(t, epDir, "10", 0)
+	writeEndpoint(t, epDir, "11", 0)
+	store := elastic.NewStore(epDir, "reasoning", []uint32{uid})
+	for i, st := range []elastic.State{elastic.StateReady, elastic.StateJoining} {
+		m := elastic.Member{Schema: elastic.SchemaVersion, Tier: "reasoning", JobID: []string{"20", "21"}[i], RunID: "0123456789abcdef",
+			Node: "node1", Addr: "10.0.0.1", RPCPort: 50052, State: st, Heartbeat: scaleNow, LeaseExpires: scaleNow.Add(10 * time.Second)}
+		if err := store.WriteMember(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := New(cfg, Options{Scheduler: f, Now: func() time.Time { return scaleNow }, Owner: &uid})
+
+	k.Release(context.Background())
+	if _, err := k.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Scale(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.queueErr = slurm.ErrUnavailable
+	k.Release(context.Background()) // counted; the figures stay the last listing's
+
+	var b bytes.Buffer
+	if err := k.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{
+		// min 1 plus one extra running; the stale one cancelled.
+		`llm_keeper_replicas{tier="fast",state="wanted"} 2`,
+		`llm_keeper_replicas{tier="fast",state="pending"} 1`,
+		`llm_keeper_replicas{tier="fast",state="running"} 2`,
+		`llm_keeper_replicas{tier="fast",state="routed"} 2`,
+		`llm_keeper_replicas_bound{tier="fast",bound="min"} 1`,
+		`llm_keeper_replicas_bound{tier="fast",bound="max"} 3`,
+		`llm_keeper_cancelled_total{tier="fast",kind="extra"} 1`,
+		`llm_keeper_submitted_total{tier="fast",kind="extra"} 0`,
+		// the plain tier had no job: the pass submitted it.
+		`llm_keeper_replicas{tier="small",state="wanted"} 1`,
+		`llm_keeper_replicas{tier="small",state="routed"} 0`,
+		`llm_keeper_submitted_total{tier="small",kind="kept"} 1`,
+		`llm_keeper_members{tier="reasoning",state="wanted"} 3`,
+		`llm_keeper_members{tier="reasoning",state="pending"} 1`,
+		`llm_keeper_members{tier="reasoning",state="running"} 2`,
+		`llm_keeper_members{tier="reasoning",state="live"} 1`,
+		`llm_keeper_scheduler_errors_total 1`,
+		fmt.Sprintf("llm_keeper_last_listing_timestamp_seconds %g", float64(scaleNow.Unix())),
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("metrics lack %s; got:\n%s", want, got)
+		}
+	}
+	for _, never := range []string{`llm_keeper_members{tier="fast"`, `llm_keeper_replicas{tier="reasoning"`,
+		`llm_keeper_submitted_total{tier="small",kind="extra"}`, `llm_keeper_replicas_bound{tier="small"`} {
+		if strings.Contains(got, never) {
+			t.Errorf("metrics have %s; got:\n%s", never, got)
+		}
+	}
+
+	// An admin's disable: nothing wanted.
+	if _, err := k.DisableTier(context.Background(), "reasoning", false); err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	if err := k.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	if want := `llm_keeper_members{tier="reasoning",state="wanted"} 0`; !strings.Contains(b.String(), want+"\n") {
+		t.Errorf("after disable, metrics lack %s; got:\n%s", want, b.String())
+	}
+}
