@@ -144,6 +144,16 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	k := keeper.New(cfg, keeper.Options{Log: log})
+	problems, err := k.CheckRoom(ctx)
+	if err != nil {
+		log.Warn("replicas' max not checked against the partition; going on", "error", err)
+	}
+	for _, p := range problems {
+		log.Error("config", "error", p)
+	}
+	if len(problems) > 0 {
+		return keepExitUsage
+	}
 	if *once {
 		_, err := k.Pass(ctx)
 		if err != nil {

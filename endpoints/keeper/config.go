@@ -134,6 +134,9 @@ type Replicas struct {
 	// ExtraSbatchArgs are given to the extra replicas' sbatch after the
 	// tier's sbatch_args (and --no-requeue, --export).
 	ExtraSbatchArgs []string
+	// MaxLine is the line of max in the file, for CheckRoom's error (which
+	// needs Slurm, so comes after Load).
+	MaxLine int
 }
 
 // Grows reports whether the tier may run extra replicas.
@@ -255,6 +258,7 @@ func (c *Config) decodeReplicas(d *tomlconf.Decoder, dst *Replicas) tomlconf.Fie
 			"extra_job_name":        d.String(&r.ExtraJobName),
 			"extra_sbatch_args":     d.Strings(&r.ExtraSbatchArgs),
 		}, nil)
+		r.MaxLine = d.Doc().Line(append(append(toml.Key{}, key...), "max"))
 		if !d.IsDefined(append(key, "max")...) {
 			d.Invalid(key, "want max: the most replicas that run at once")
 			r.Max = max(r.Min, 1)

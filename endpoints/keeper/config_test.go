@@ -215,12 +215,12 @@ extra_job_name = "code-more"
 	}
 	fast := cfg.Tiers["fast"]
 	want := DefaultReplicas
-	want.Max, want.ExtraJobName, want.ExtraSbatchArgs = 3, "llm-fast-extra", []string{"--exclusive"}
+	want.Max, want.ExtraJobName, want.ExtraSbatchArgs, want.MaxLine = 3, "llm-fast-extra", []string{"--exclusive"}, 8
 	if d := cmp.Diff(want, fast.Replicas); d != "" || fast.Members != 1 || !fast.Replicas.Grows() {
 		t.Errorf("fast: members %d, replicas (-want +got):\n%s", fast.Members, d)
 	}
 	code := cfg.Tiers["code"]
-	want = Replicas{Min: 2, Max: 2, InFlightPerReplica: 8, IdleAfter: time.Minute, StartTimeout: 10 * time.Second, ExtraJobName: "code-more"}
+	want = Replicas{Min: 2, Max: 2, InFlightPerReplica: 8, IdleAfter: time.Minute, StartTimeout: 10 * time.Second, ExtraJobName: "code-more", MaxLine: 14}
 	if d := cmp.Diff(want, code.Replicas); d != "" || code.Members != 2 || code.Replicas.Grows() {
 		t.Errorf("code: members %d, replicas (-want +got):\n%s", code.Members, d)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/tomlconf"
 	"slurm-llm/slurm"
 )
 
@@ -190,6 +191,24 @@ func (k *Keeper) ScaleTier(ctx context.Context, tier string, minN, maxN int) err
 	if tc.Replicas.Max == 0 {
 		return fmt.Errorf("tier %s has no [tiers.%s.replicas] in %s", tier, tier, k.cfg.Path)
 	}
+	if maxN > 0 {
+		// A max over the partition is refused; a scheduler that does not
+		// answer does not stop an admin (the scale check never grows past
+		// what Slurm can start anyway).
+		rep := tc.Replicas
+		rep.Max = maxN
+		parts, err := k.sched.Partitions(ctx)
+		var problem error
+		if err == nil {
+			problem, err = k.room(ctx, tc, rep, true, parts)
+		}
+		if problem != nil {
+			return problem
+		}
+		if err != nil {
+			k.log.Warn("max not checked against the partition", "tier", tier, "error", err)
+		}
+	}
 	var bad error
 	err = k.update(ctx, tier, func(st TierState) TierState {
 		next := st
@@ -223,4 +242,71 @@ func effectiveTier(tc TierConfig, st TierState) TierConfig {
 		tc.Members = tc.Replicas.Min
 	}
 	return tc
+}
+
+// CheckRoom checks each growing tier's max against its partition, which
+// only Slurm knows: sbatch --test-only of an extra says the partition and
+// how many nodes one replica takes, scontrol the partition's nodes. max
+// replicas needing more nodes than the partition has is a config error
+// naming the file, line and key (or `tier scale`, when an admin set it);
+// problems lists them. err is a scheduler failure: nothing is known then,
+// and the caller goes on (growth stops at "not now" anyway).
+func (k *Keeper) CheckRoom(ctx context.Context) (problems []error, err error) {
+	tiers := k.scaledTiers()
+	if len(tiers) == 0 {
+		return nil, nil
+	}
+	parts, err := k.sched.Partitions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check max against the partition: %w", err)
+	}
+	var errs []error
+	for _, tc := range tiers {
+		st, lerr := k.store.Load(tc.Name)
+		if lerr != nil {
+			errs = append(errs, lerr)
+			continue
+		}
+		rep := EffectiveReplicas(tc, st)
+		if !rep.Grows() {
+			continue
+		}
+		p, terr := k.room(ctx, tc, rep, st.ScaleMax != nil, parts)
+		if terr != nil {
+			errs = append(errs, terr)
+		}
+		if p != nil {
+			problems = append(problems, p)
+		}
+	}
+	return problems, errors.Join(errs...)
+}
+
+// room asks sbatch --test-only where an extra replica of tc would go and
+// gives roomProblem's verdict on rep's max.
+func (k *Keeper) room(ctx context.Context, tc TierConfig, rep Replicas, byAdmin bool, parts map[string]slurm.Partition) (problem, err error) {
+	est, err := k.sched.TestSubmit(ctx, tc.Script, ExtraSbatchArgs(tc, rep)...)
+	if err != nil {
+		return nil, fmt.Errorf("tier %s: check max against the partition: sbatch --test-only: %w", tc.Name, err)
+	}
+	return roomProblem(k.cfg.Path, tc, rep, byAdmin, est, parts), nil
+}
+
+// roomProblem is CheckRoom's verdict on one tier: nil when max replicas of
+// est's size fit in its partition (or the partition is not listed).
+func roomProblem(file string, tc TierConfig, rep Replicas, byAdmin bool, est slurm.StartEstimate, parts map[string]slurm.Partition) error {
+	p, ok := parts[est.Partition]
+	if !ok || len(p.Nodes) == 0 {
+		return nil
+	}
+	per := max(len(est.Nodes), 1)
+	if rep.Max*per <= len(p.Nodes) {
+		return nil
+	}
+	reason := fmt.Sprintf("%d replicas of %d node(s) each, but partition %s (where sbatch --test-only puts them) has %d nodes: want at most %d",
+		rep.Max, per, p.Name, len(p.Nodes), len(p.Nodes)/per)
+	if byAdmin {
+		return fmt.Errorf("tier %s: max %d set by `tier scale`: %s", tc.Name, rep.Max, reason)
+	}
+	return &tomlconf.Problem{File: file, Line: rep.MaxLine, Key: "tiers." + tc.Name + ".replicas.max", Reason: reason}
 }

@@ -3,8 +3,10 @@ package keeper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -276,5 +278,60 @@ func TestScaleTierPersistsAndStatusShowsReplicas(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestCheckRoom: max replicas over the partition's nodes is a config error
+// naming the file, line and key, found with what Slurm says (sbatch
+// --test-only's partition and node count, the partition's nodes); `tier
+// scale` refuses such a max; a scheduler error finds nothing.
+func TestCheckRoom(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "k.toml")
+	cfg, err := Parse(path, []byte(fmt.Sprintf(`state_dir = %q
+endpoint_dir = %q
+[tiers.fast]
+script = "/s/fast.sbatch"
+[tiers.fast.replicas]
+min = 1
+max = 4
+`, filepath.Join(dir, "state"), dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeSlurm()
+	f.parts = parts
+	f.estimate = slurm.StartEstimate{JobID: "99", Start: scaleNow, Nodes: []string{"node2"}, Partition: "gpu_ai"}
+	k := New(cfg, Options{Scheduler: f, Now: func() time.Time { return scaleNow }})
+	problems, err := k.CheckRoom(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := path + ":7: tiers.fast.replicas.max: 4 replicas of 1 node(s) each, but partition gpu_ai " +
+		"(where sbatch --test-only puts them) has 3 nodes: want at most 3"
+	if len(problems) != 1 || problems[0].Error() != want {
+		t.Fatalf("problems %v, want [%s]", problems, want)
+	}
+	if len(f.tested) != 1 || !slices.Contains(f.tested[0].Args, "--job-name=llm-fast-extra") {
+		t.Errorf("tested %+v: want one sbatch --test-only of an extra", f.tested)
+	}
+
+	if err := k.ScaleTier(context.Background(), "fast", -1, 5); err == nil || !strings.Contains(err.Error(), "max 5 set by `tier scale`") {
+		t.Errorf("tier scale --max 5 on 3 nodes: %v", err)
+	}
+	if err := k.ScaleTier(context.Background(), "fast", -1, 3); err != nil {
+		t.Fatalf("tier scale --max 3: %v", err)
+	}
+	if problems, err := k.CheckRoom(context.Background()); err != nil || len(problems) != 0 {
+		t.Errorf("after tier scale --max 3: problems %v, error %v", problems, err)
+	}
+
+	f.estimate.Nodes = []string{"node1", "node2"} // a replica of two nodes: one fits, not three
+	if problems, _ := k.CheckRoom(context.Background()); len(problems) != 1 || !strings.Contains(problems[0].Error(), "max 3 set by `tier scale`: 3 replicas of 2 node(s)") {
+		t.Errorf("two-node replicas: problems %v", problems)
+	}
+	f.queueErr = slurm.ErrUnavailable
+	if problems, err := k.CheckRoom(context.Background()); err == nil || len(problems) != 0 {
+		t.Errorf("scheduler down: problems %v, error %v; want no problem and the error", problems, err)
 	}
 }
