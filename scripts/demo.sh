@@ -7,10 +7,15 @@
 # both tiers with the fake llama.cpp, waits until nginx answers a chat completion on both
 # ports, then provokes two preemptions with high-priority "VASP" jobs: a one-node job on
 # the fast tier's node while other nodes have room (the keeper releases the requeued job
-# and the tier is back on another node in seconds), then a job with a time limit taking
-# every node (nginx's 503 says why and when the tiers are expected back, and they come
-# back by themselves when it ends). It stops everything it started (the cluster too,
-# unless it was already up). The keeper (llm-upstreams keep, as a loop) submits the tiers
+# and the tier is back on another node in seconds); then 12 clients load the fast tier
+# through nginx and the keeper grows it to three replicas on the idle nodes, a one-node
+# VASP job takes one replica's node (that replica is gone, the others serve on), and the
+# tier shrinks back to one when the load stops; then a job with a time limit taking every
+# node (nginx's 503 says why and when the tiers are expected back, and they come back by
+# themselves when it ends). It stops everything it started (the cluster too, unless it
+# was already up). It brings the cluster up in netns mode (each node its own addresses,
+# so replicas on different nodes can use the same port); on a loopback cluster that was
+# already up, the replicas step is skipped. The keeper (llm-upstreams keep, as a loop) submits the tiers
 # and releases requeued jobs, as it does on the controller; `llm-upstreams report` shows
 # the availability record at the end.
 #
@@ -63,13 +68,13 @@ wait_for() {
 # ---------------------------------------------------------------- packages, build, install
 say "checking packages (slurm-wlm munge nginx curl)"
 missing=()
-for p in slurmctld:slurm-wlm munged:munge nginx:nginx curl:curl; do
+for p in slurmctld:slurm-wlm munged:munge nginx:nginx curl:curl ip:iproute2 nft:nftables; do
 	command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	info "installing ${missing[*]}"
 	DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge nginx curl >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 say "building and installing slurm-llm under $PREFIX"
@@ -80,8 +85,13 @@ info "$(llm-supervisor --version), $(llm-upstreams --version)"
 # ---------------------------------------------------------------- cluster and nginx
 cluster_was_up=0
 scripts/slurm-cluster.sh status >/dev/null 2>&1 && sinfo -h >/dev/null 2>&1 && cluster_was_up=1
+mode=--netns
+[ $cluster_was_up = 1 ] && mode="" # keep the mode of the cluster that is up
 say "bringing up the local 3-node Slurm cluster"
-scripts/slurm-cluster.sh up | sed 's/^/           /'
+scripts/slurm-cluster.sh up $mode | sed 's/^/           /'
+netns=0
+cluster_status=$(scripts/slurm-cluster.sh status 2>&1 || true)
+[[ $cluster_status == *"mode: netns"* ]] && netns=1
 
 mkdir -p "$EP_DIR" "$STATE/logs" "$DEMO_DIR/upstreams" "$DEMO_DIR/tmp"
 rm -f "$EP_DIR"/*.json
@@ -98,9 +108,10 @@ cleanup() {
 	say "cleaning up"
 	[ -n "$keeper_pid" ] && kill "$keeper_pid" 2>/dev/null && wait "$keeper_pid" 2>/dev/null
 	for j in "${jobs_started[@]}"; do scancel "$j" 2>/dev/null; done
-	scancel --name=vasp-demo 2>/dev/null
+	rm -f "$DEMO_DIR/load.on"
+	scancel --name=vasp-demo,llm-fast-extra 2>/dev/null
 	local deadline=$(($(date +%s) + 60))
-	while [ -n "$(squeue -h -n llm-fast,llm-reasoning,vasp-demo 2>/dev/null)" ] && [ "$(date +%s)" -lt $deadline ]; do
+	while [ -n "$(squeue -h -n llm-fast,llm-fast-extra,llm-reasoning,vasp-demo 2>/dev/null)" ] && [ "$(date +%s)" -lt $deadline ]; do
 		sleep 1
 	done
 	[ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null && wait "$watch_pid" 2>/dev/null
@@ -169,9 +180,18 @@ say "llm-upstreams keep submits both tiers (fake llama.cpp): fast on 1 node, rea
 cat >"$DEMO_DIR/keeper.toml" <<EOF
 state_dir = "$DEMO_DIR/keeper"
 submit_as = ""
+endpoint_dir = "$EP_DIR"
+scale_interval = "1s"
+[metrics]
+listen = "127.0.0.1:9466"
 [tiers.fast]
 job_name = "llm-fast"
 script = "$SHARE/sbatch/local/fast.sbatch"
+[tiers.fast.replicas]   # grows onto idle nodes under load (the replicas step)
+min = 1
+max = $((netns == 1 ? 3 : 1))
+grow_after = "2s"
+idle_after = "8s"
 [tiers.reasoning]
 job_name = "llm-reasoning"
 script = "$SHARE/sbatch/local/reasoning.sbatch"
@@ -238,7 +258,74 @@ tail -n +"$((log_mark + 1))" "$DEMO_DIR/upstreams.log" | grep -E 'tier state: ti
 info ":8080 → $(chat 8080 | sed -n 's/.*"content":"\([^"]*\)".*/\1/p'); reasoning was not touched: $(squeue -h -j "$reasoning_job" -o '%T on %N')"
 scancel "$vasp1"
 gone() { [ -z "$(squeue -h -j "$1" 2>/dev/null)" ]; }
+running() { [ "$(squeue -h -j "$1" -o %T)" = RUNNING ]; }
 wait_for "the VASP job to end" 90 gone "$vasp1"
+
+# ---------------------------------------------------------------- replicas
+replicas() { # replicas STATE: the keeper's count of the fast tier's replicas in STATE
+	curl -s --max-time 2 http://127.0.0.1:9466/metrics |
+		sed -n "s/^llm_keeper_replicas{tier=\"fast\",state=\"$1\"} //p"
+}
+routed_is() { [ "$(replicas routed)" = "$1" ] && [ "$(replicas running)" = "$1" ]; }
+extras() { squeue -h -n llm-fast-extra -t running -o '%i %N'; }
+gone_extras() { [ -z "$(squeue -h -n llm-fast-extra 2>/dev/null)" ]; }
+if [ $netns = 0 ]; then
+	say "replicas: skipped (a loopback cluster was up: every node is 127.0.0.1, so replicas would share one port)"
+else
+	say "replicas: 12 clients stream completions through nginx :8080; the fast tier grows onto the idle nodes"
+	touch "$DEMO_DIR/load.on"
+	: >"$DEMO_DIR/load.codes"
+	clients=()
+	for _ in $(seq 12); do
+		(while [ -f "$DEMO_DIR/load.on" ]; do
+			curl -s -o /dev/null -w '%{http_code}\n' --max-time 20 http://127.0.0.1:8080/v1/chat/completions \
+				-H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Count."}],"stream":true}' \
+				>>"$DEMO_DIR/load.codes"
+		done) &
+		clients+=($!)
+	done
+	t_load=$(ms)
+	rate() { # rate N0 T0MS: completions/s since the count was N0 at T0MS
+		echo $((($(wc -l <"$DEMO_DIR/load.codes") - $1) * 1000 / ($(ms) - $2)))
+	}
+	sleep 1
+	n0=$(wc -l <"$DEMO_DIR/load.codes") t0ms=$(ms)
+	sleep 2
+	r1=$(rate "$n0" "$t0ms")
+	[ "$(replicas routed)" = 1 ] && info "through nginx: $r1 completions/s on 1 replica (before the keeper grows it)"
+	wait_for "a second replica routed" 60 routed_is 2
+	info "2 replicas routed $(since "$t_load") s after the load began"
+	wait_for "a third replica routed" 60 routed_is 3
+	info "3 replicas routed $(since "$t_load") s after the load began; llm-upstreams keep status:"
+	llm-upstreams keep status --config "$DEMO_DIR/keeper.toml" 2>/dev/null | sed -n '/^fast: replicas/,/^$/p' | sed 's/^/             /'
+	sleep 5 # load on three replicas, for the count below
+	n0=$(wc -l <"$DEMO_DIR/load.codes") t0ms=$(ms)
+	sleep 5
+	info "through nginx: $(rate "$n0" "$t0ms") completions/s on 3 replicas"
+	read -r victim victim_node < <(extras | head -n1)
+	say "a one-CPU VASP job on $victim_node takes extra replica $victim's node; the other two serve on"
+	fails0=$(grep -vc '^200$' "$DEMO_DIR/load.codes" || true)
+	vasp2=$(sbatch --parsable -p gpu_vasp -N1 -n1 -w "$victim_node" --job-name=vasp-demo -o "$DEMO_DIR/vasp-%j.out" --wrap 'sleep 600')
+	t_pre=$(ms)
+	wait_for "replica $victim to be gone" 60 gone "$victim"
+	info "replica $victim gone $(since "$t_pre") s after the VASP job was submitted (not requeued: an extra is simply gone)"
+	wait_for "the VASP job to run" 60 running "$vasp2"
+	info "VASP job $vasp2 running on $victim_node $(since "$t_pre") s after its sbatch; 2 replicas routed: $(replicas routed)"
+	sleep 3
+	rm -f "$DEMO_DIR/load.on"
+	t_idle=$(ms)
+	wait "${clients[@]}" # each client ends after its last request
+	total=$(wc -l <"$DEMO_DIR/load.codes") fails=$(grep -vc '^200$' "$DEMO_DIR/load.codes" || true)
+	info "load stopped: $total requests, $fails not answered 200 ($((fails - fails0)) of them after the VASP job came)"
+	scancel "$vasp2"
+	say "no load: the extra replica drains and ends after idle_after (8 s); the kept one stays"
+	routed_one() { [ "$(replicas routed)" = 1 ]; }
+	wait_for "back to one routed replica" 60 routed_one
+	info "1 replica routed $(since "$t_idle") s after the load stopped"
+	wait_for "the extras to end" 60 gone_extras
+	info "the extra's job ended $(since "$t_idle") s after the load stopped; the kept job $fast_job: $(squeue -h -j "$fast_job" -o '%T on %N')"
+	wait_for "the VASP job to end" 90 gone "$vasp2"
+fi
 
 say "full preemption: a VASP job with a 1-minute time limit takes every node (-N3 --exclusive -t 1)"
 vasp=$(sbatch --parsable -p gpu_vasp -N3 --exclusive -t 1 --job-name=vasp-demo -o "$DEMO_DIR/vasp-%j.out" --wrap 'sleep 600')
@@ -250,7 +337,6 @@ info "nginx now answers (reasoning, :8081), $(($(date +%s) - t_pre)) s after the
 curl -s -i --max-time 5 http://127.0.0.1:8081/v1/models | sed -n '1p;/^Retry-After/p;/^X-LLM-Tier/p;$p' | sed 's/^/             /'
 eta=$(curl -s --max-time 2 http://127.0.0.1:8081/v1/models | sed -n 's/.*"expected_back":"\([^"]*\)".*/\1/p')
 llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | sed -n '/^TIER *STATE/,/^$/p' | sed 's/^/           /'
-running() { [ "$(squeue -h -j "$1" -o %T)" = RUNNING ]; }
 say "VASP runs until its time limit; nobody releases anything by hand"
 wait_for "the fast tier to answer again" 300 served_by 8080 fast
 wait_for "the reasoning tier to answer again" 300 served_by 8081 reasoning

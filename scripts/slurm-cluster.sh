@@ -13,9 +13,9 @@
 #
 # Two modes:
 #   loopback (default)  every daemon on 127.0.0.1 in the host's network namespace, slurmd
-#                       ports 17001-17003. What `make demo` uses (and `make e2e
-#                       CLUSTER_MODE=loopback` where namespaces cannot be made).
-#   netns (--netns, or SLURM_CLUSTER_MODE=netns): what `make check` and CI use;
+#                       ports 17001-17003 (`make e2e CLUSTER_MODE=loopback` where namespaces
+#                       cannot be made; `make demo` skips its replicas step on it).
+#   netns (--netns, or SLURM_CLUSTER_MODE=netns): what `make check`, CI and `make demo` use;
 #                       each slurmd runs in its own network namespace (sllm-node1..3) with real
 #                       addresses, like the site's compute nodes:
 #                         "Ethernet" 10.77.0.0/24: bridge sllm-eth0 in the host namespace holds
