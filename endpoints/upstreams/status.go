@@ -32,15 +32,21 @@ func WriteStatus(w io.Writer, rep Report, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Tier, by, orDash(strings.Join(t.Servers, " ")), yesNo(t.InSync))
 	}
 	writeViews(tw, rep.Views)
-	fmt.Fprintln(tw, "\nFILE\tTIER\tJOB\tRESTART\tSTATE\tADDRESS\tROUTED\tWHY")
+	// One line per endpoint file, so per replica of a tier with replicas
+	// (the files are named <tier>-<job>.json: a tier's lines are together).
+	fmt.Fprintln(tw, "\nFILE\tTIER\tJOB\tRESTART\tNODE\tSTATE\tIN FLIGHT\tADDRESS\tROUTED\tWHY")
 	for _, d := range rep.Decisions {
 		e := d.Endpoint
 		why := d.Why
 		if d.Unverified {
 			why += " (unverified: scheduler check failed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.File, e.Tier, e.JobID, e.RestartCount, e.State,
-			net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), yesNo(d.Live), why)
+		inFlight := "-"
+		if e.InFlight != nil {
+			inFlight = strconv.Itoa(*e.InFlight)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", d.File, e.Tier, e.JobID, e.RestartCount, orDash(e.Node), e.State,
+			inFlight, net.JoinHostPort(e.Host, strconv.Itoa(e.Port)), yesNo(d.Live), why)
 	}
 	if len(rep.Scan.Rejected) > 0 {
 		fmt.Fprintln(tw, "\nREJECTED FILE\tREASON")

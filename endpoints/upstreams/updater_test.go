@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -263,6 +264,12 @@ func TestWriteStatus(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cfg.EndpointDir, "fast-2.json"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	replica := testEndpoint("fast", "3", "10.0.0.3", 8080) // a second replica, busy
+	four := 4
+	replica.Node, replica.InFlight = "node3", &four
+	if err := endpoints.Write(cfg.EndpointDir, replica); err != nil {
+		t.Fatal(err)
+	}
 	u := New(cfg, Options{Runner: &fakeNginx{}, Now: func() time.Time { return t0 }})
 	rep, _, err := u.Evaluate(context.Background())
 	if err != nil {
@@ -279,6 +286,10 @@ func TestWriteStatus(t *testing.T) {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, text.String())
 		}
+	}
+	// Each replica's line: job, node, state and requests in flight.
+	if !regexp.MustCompile(`(?m)^fast-3\.json +fast +3 +0 +node3 +ready +4 +10\.0\.0\.3:8080 `).MatchString(text.String()) {
+		t.Errorf("status lacks the replica's line (job 3, node3, ready, 4 in flight):\n%s", text.String())
 	}
 	if !strings.Contains(js.String(), `"served_by": "fast"`) {
 		t.Errorf("json status lacks served_by:\n%s", js.String())
