@@ -12,8 +12,10 @@
 # VASP job takes one replica's node (that replica is gone, the others serve on), and the
 # tier shrinks back to one when the load stops; then a job with a time limit taking every
 # node (nginx's 503 says why and when the tiers are expected back, and they come back by
-# themselves when it ends). It stops everything it started (the cluster too, unless it
-# was already up). It brings the cluster up in netns mode (each node its own addresses,
+# themselves when it ends); last, the reasoning tier as an elastic tier (three one-node
+# member jobs): a one-node VASP job takes one member, the tier serves on the other two, and
+# grows back when the VASP job ends. It stops everything it started (the cluster too,
+# unless it was already up). It brings the cluster up in netns mode (each node its own addresses,
 # so replicas on different nodes can use the same port); on a loopback cluster that was
 # already up, the replicas step is skipped. The keeper (llm-upstreams keep, as a loop) submits the tiers
 # and releases requeued jobs, as it does on the controller; `llm-upstreams report` shows
@@ -109,7 +111,7 @@ cleanup() {
 	[ -n "$keeper_pid" ] && kill "$keeper_pid" 2>/dev/null && wait "$keeper_pid" 2>/dev/null
 	for j in "${jobs_started[@]}"; do scancel "$j" 2>/dev/null; done
 	rm -f "$DEMO_DIR/load.on"
-	scancel --name=vasp-demo,llm-fast-extra 2>/dev/null
+	scancel --name=vasp-demo,llm-fast-extra,llm-reasoning 2>/dev/null
 	local deadline=$(($(date +%s) + 60))
 	while [ -n "$(squeue -h -n llm-fast,llm-fast-extra,llm-reasoning,vasp-demo 2>/dev/null)" ] && [ "$(date +%s)" -lt $deadline ]; do
 		sleep 1
@@ -347,4 +349,47 @@ for j in "${jobs_started[@]}"; do
 done
 say "availability (llm-upstreams report --since 1h)"
 llm-upstreams report --since 1h --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | sed 's/^/           /'
+
+# ---------------------------------------------------------------- elastic reasoning tier
+serving_on() { # serving_on N: llm-upstreams status says the reasoning tier serves on N of 3 nodes
+	llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | grep -q "^reasoning .*routed: serving on $1 of 3 nodes"
+}
+none_named() { [ -z "$(squeue -h -n "$1" 2>/dev/null)" ]; }
+if [ $netns = 0 ]; then
+	say "elastic reasoning tier: skipped (a loopback cluster was up: every node is 127.0.0.1)"
+else
+	say "an elastic reasoning tier: three one-node member jobs instead of one 3-node job"
+	info "the one-job tier and the fast tier step aside (each member takes a whole node: --exclusive)"
+	llm-upstreams tier disable reasoning --cancel --config "$DEMO_DIR/keeper.toml" 2>>"$DEMO_DIR/keeper.log" >/dev/null
+	llm-upstreams tier disable fast --cancel --config "$DEMO_DIR/keeper.toml" 2>>"$DEMO_DIR/keeper.log" >/dev/null
+	wait_for "the tiers' jobs to end" 90 none_named llm-reasoning,llm-fast,llm-fast-extra
+	kill "$keeper_pid" && wait "$keeper_pid" 2>/dev/null
+	sed -i -e "s#$SHARE/sbatch/local/reasoning.sbatch#$SHARE/sbatch/local/reasoning-elastic.sbatch#" \
+		-e '/^\[tiers.reasoning\]/a members = 3' "$DEMO_DIR/keeper.toml"
+	llm-upstreams tier enable reasoning --config "$DEMO_DIR/keeper.toml" 2>>"$DEMO_DIR/keeper.log" >/dev/null
+	llm-upstreams keep --interval 30s --config "$DEMO_DIR/keeper.toml" 2>>"$DEMO_DIR/keeper.log" &
+	keeper_pid=$!
+	t_el=$(ms)
+	wait_for "the elastic tier on 3 nodes" 120 serving_on 3
+	info "serving on 3 of 3 nodes $(since "$t_el") s after the keeper submitted the members; :8081 → $(chat 8081 | sed -n 's/.*"content":"\([^"]*\)".*/\1/p')"
+	members=$EP_DIR/members/reasoning
+	worker_node=""
+	for f in "$members"/member-*.json; do
+		grep -q '"leads": true' "$f" && continue
+		worker_node=$(sed -n 's/.*"node": "\([^"]*\)".*/\1/p' "$f")
+		break
+	done
+	[ -n "$worker_node" ] || die "no worker member found in $members"
+	say "a one-CPU VASP job on $worker_node takes one member (a worker); the tier re-plans onto the other two"
+	vasp3=$(sbatch --parsable -p gpu_vasp -N1 -n1 -w "$worker_node" --job-name=vasp-demo -o "$DEMO_DIR/vasp-%j.out" --wrap 'sleep 600')
+	t_pre=$(ms)
+	wait_for "the tier on 2 nodes" 120 serving_on 2
+	info "serving on 2 of 3 nodes $(since "$t_pre") s after the VASP job was submitted (VASP: $(squeue -h -j "$vasp3" -o %T)); nginx :8081 → $(chat 8081 | sed -n 's/.*"content":"\([^"]*\)".*/\1/p')"
+	llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | grep '^reasoning .*routed' | sed 's/^/             /'
+	scancel "$vasp3"
+	t_back=$(ms)
+	say "the VASP job ends: the member is requeued, released, and the tier grows back after 30 s with nothing in flight"
+	wait_for "the tier back on 3 nodes" 180 serving_on 3
+	info "serving on 3 of 3 nodes again $(since "$t_back") s after the VASP job ended"
+fi
 say "demo finished in $(($(date +%s) - t0)) s"

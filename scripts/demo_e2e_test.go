@@ -18,7 +18,9 @@ import (
 // come up and answer through nginx; a one-node high-priority job preempts the fast tier,
 // which the keeper releases and which comes back on another node; under load the fast
 // tier grows to three replicas, a science job takes one (no request fails) and it shrinks
-// back to one (on the namespace cluster, which CI runs; skipped on loopback); a time-limited job
+// back to one; the elastic reasoning tier loses one member to a science job, serves on the
+// other two and grows back (these two on the namespace cluster, which CI runs; skipped on
+// loopback); a time-limited job
 // takes every node, nginx answers 503 with Retry-After and when the tiers are expected
 // back, and they come back by themselves; the availability report shows it.
 func TestDemoE2E(t *testing.T) {
@@ -61,6 +63,8 @@ func TestDemoE2E(t *testing.T) {
 			"not requeued: an extra is simply gone", // a science job took one replica's node
 			", 0 not answered 200",                  // and no request failed meanwhile
 			"the extra's job ended",                 // back to one when the load stopped
+			"serving on 2 of 3 nodes",               // the elastic tier: a science job took one member
+			"serving on 3 of 3 nodes again",         // and it grew back
 		)
 	}
 	for _, w := range want {
