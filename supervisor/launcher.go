@@ -59,6 +59,10 @@ type ExitResult struct {
 	// PortBusy, when set, says who held the process's port, so that it was
 	// not started ("port 8080 was held by pid 4242 on the node").
 	PortBusy string
+	// StepRefused, when set, is srun's reason why Slurm did not create the
+	// process's step ("Requested node configuration is not available"):
+	// the process never ran.
+	StepRefused string
 	// Err is set when the process could not be run or waited for.
 	Err error
 }
@@ -84,6 +88,9 @@ func (r ExitResult) String() string {
 	}
 	if r.PortBusy != "" {
 		parts = append(parts, "not started: "+r.PortBusy)
+	}
+	if r.StepRefused != "" {
+		parts = append(parts, "Slurm refused the step: "+r.StepRefused)
 	}
 	return strings.Join(parts, ", ")
 }

@@ -59,6 +59,10 @@ func TestLauncherExitCause(t *testing.T) {
 			"echo 'srun: error: node2: task 0: Out Of Memory' >&2; exit 137",
 			want: ExitResult{Code: 137, Signal: syscall.SIGKILL, OOM: true, TaskStatus: "Out Of Memory"},
 			text: "exit code 137 (signal killed), srun: task Out Of Memory, killed for memory (oom-kill)"},
+		{name: "Slurm refuses the step", script: "echo \"srun: jobid 496: nodes(2):\\`node[1-3]', cpu counts: 1(x3)\" >&2; " +
+			"echo 'srun: error: Unable to create step for job 496: Requested node configuration is not available' >&2; exit 1",
+			want: ExitResult{Code: 1, StepRefused: "Requested node configuration is not available"},
+			text: "exit code 1, Slurm refused the step: Requested node configuration is not available"},
 		{name: "unterminated last line is scanned", script: "printf 'srun: error: n: task 0: Killed' >&2; exit 137",
 			want: ExitResult{Code: 137, Signal: syscall.SIGKILL, TaskStatus: "Killed"},
 			text: "exit code 137 (signal killed), srun: task Killed"},

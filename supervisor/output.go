@@ -27,6 +27,11 @@ var (
 	// to: real llama-server logs "E Failed to connect to H:P", then loads and
 	// serves without that worker (measured: notes Q2).
 	unreachableRE = regexp.MustCompile(`Failed to connect to (\S+:[0-9]+)`)
+	// stepRefusedRE finds srun's report that Slurm would not create the
+	// step, so the task never ran: "srun: error: Unable to create step for
+	// job 496: Requested node configuration is not available"
+	// (scripts/FACTS-cluster.md N6).
+	stepRefusedRE = regexp.MustCompile(`Unable to create step for job [0-9_]+: (.+)$`)
 )
 
 // watch scans a process's output lines for what the supervisor must know:
@@ -55,6 +60,8 @@ type facts struct {
 	oom        bool
 	taskStatus string
 	stepID     string
+	// stepRefused is Slurm's reason for not creating the step ("" when srun did not say).
+	stepRefused string
 	// childSignal is the signal that ended the shim's child (0: none or no shim).
 	childSignal syscall.Signal
 	// portBusy says who held the process's port when the shim refused to
@@ -99,6 +106,9 @@ func (w *watch) line(s string) {
 	}
 	if m := stepIDRE.FindStringSubmatch(s); m != nil && w.f.stepID == "" {
 		w.f.stepID = m[1]
+	}
+	if m := stepRefusedRE.FindStringSubmatch(s); m != nil {
+		w.f.stepRefused = m[1]
 	}
 }
 

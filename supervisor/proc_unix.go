@@ -97,7 +97,7 @@ func (p *proc) wait(f *os.File) {
 	p.out.flush()
 	r := exitResult(p.cmd.ProcessState, err)
 	f2 := p.watch.facts()
-	r.OOM, r.TaskStatus, r.PortBusy = f2.oom, f2.taskStatus, f2.portBusy
+	r.OOM, r.TaskStatus, r.PortBusy, r.StepRefused = f2.oom, f2.taskStatus, f2.portBusy, f2.stepRefused
 	if r.Signal == 0 {
 		r.Signal = f2.childSignal
 	}
