@@ -22,6 +22,26 @@ import (
 // says why.
 var ErrGaveUp = errors.New("gave up")
 
+// NodeError is the error Run returns (it wraps ErrGaveUp) when the process
+// whose failure made the supervisor give up could not be used on its node
+// of the job's allocation: Slurm refused to create its step there, or its
+// worker could not be reached there. A fresh allocation may not have that
+// fault (scripts/FACTS-cluster.md N6), a restart in this one did not help.
+type NodeError struct {
+	// Node is the node of the allocation; Why says what failed there.
+	Node, Why string
+	// Reason is the give-up's reason, as logged.
+	Reason string
+}
+
+// Error reads like "gave up: worker rpc-node3 failed … (node node3: …)".
+func (e *NodeError) Error() string {
+	return fmt.Sprintf("%s: %s (node %s: %s)", ErrGaveUp, e.Reason, e.Node, e.Why)
+}
+
+// Unwrap makes a NodeError an ErrGaveUp.
+func (e *NodeError) Unwrap() error { return ErrGaveUp }
+
 // defaultStartupPoll is how often starting processes are checked.
 const defaultStartupPoll = 100 * time.Millisecond
 

@@ -56,6 +56,7 @@ func (r *Runner) handleExit(m exitMsg) {
 	}
 	r.log.Warn("process exited", "process", m.name, "node", mem.spec.Node, "pid", m.pid, "cause", m.result.String(),
 		"exit_code", m.result.Code, "signal", int(m.result.Signal), "oom", m.result.OOM)
+	mem.nodeFault = stepRefusal(m.result)
 	cause := "exited: " + m.result.String()
 	switch {
 	case mem == r.head:
@@ -65,6 +66,17 @@ func (r *Runner) handleExit(m exitMsg) {
 	default:
 		r.failure(mem, cause)
 	}
+}
+
+// stepRefusal says why an exit shows the process's node unusable: Slurm
+// would not create its step there (N6: "Requested node configuration is
+// not available" on a node the job holds). A step refused because the job
+// is ending says nothing about the node: "".
+func stepRefusal(r ExitResult) string {
+	if r.StepRefused == "" || strings.Contains(r.StepRefused, "completing or completed") {
+		return ""
+	}
+	return "Slurm refused to create the step there: " + r.StepRefused
 }
 
 // handleHeadExit restarts the head alone: the workers keep running and
@@ -81,7 +93,7 @@ func (r *Runner) failure(m *member, cause string) {
 	r.setState(StateRecovering, f.String())
 	d, delay := r.policy.Decide(f, r.clock.Now())
 	if d.Action == ActionGiveUp {
-		r.giveUp(d.Reason)
+		r.giveUp(m, d.Reason)
 		return
 	}
 	r.restartAt = r.clock.Now().Add(delay)
@@ -138,13 +150,13 @@ func (r *Runner) dropWorker(w *member, why string) {
 		}
 	}
 	if len(remaining) < r.plan.MinWorkers || len(remaining) == 0 || r.opts.Replan == nil {
-		r.giveUp(fmt.Sprintf("worker %s %s; %d workers would be left, min_workers is %d",
+		r.giveUp(w, fmt.Sprintf("worker %s %s; %d workers would be left, min_workers is %d",
 			w.spec.Name, why, len(remaining), r.plan.MinWorkers))
 		return
 	}
 	np, err := r.opts.Replan(remaining)
 	if err != nil {
-		r.giveUp(fmt.Sprintf("worker %s %s; cannot plan without it: %v", w.spec.Name, why, err))
+		r.giveUp(w, fmt.Sprintf("worker %s %s; cannot plan without it: %v", w.spec.Name, why, err))
 		return
 	}
 	r.setState(StateRecovering, "worker "+w.spec.Name+" dropped: "+why)
@@ -186,6 +198,7 @@ func (r *Runner) handleUnreachable(m unreachableMsg) {
 		r.log.Warn("the head could not connect to a worker: it would serve without it", "process", w.spec.Name, "addr", m.addr)
 		r.killProcess(r.head, "could not connect to worker "+w.spec.Name)
 		r.stopProcess(w, "unreachable from the head")
+		w.nodeFault = "the head could not connect to its worker at " + m.addr
 		r.workerStartFailed(w, "unreachable from the head ("+m.addr+")")
 		return
 	}

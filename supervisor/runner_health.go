@@ -52,6 +52,10 @@ func (r *Runner) handlePoll() {
 func (r *Runner) pollStartingWorker(w *member, now time.Time) {
 	if limit := r.plan.Timeouts.WorkerStart; now.Sub(w.startedAt) > limit {
 		r.stopProcess(w, "not ready in time")
+		if !w.silentSince.IsZero() {
+			// Its node answered none of the last probes: unreachable, not slow.
+			w.nodeFault = fmt.Sprintf("no answer at all to the worker's startup probes for %s", now.Sub(w.silentSince).Round(time.Second))
+		}
 		r.workerStartFailed(w, fmt.Sprintf("not ready after %s", limit))
 		return
 	}

@@ -45,6 +45,10 @@ type member struct {
 	// that it could not be dropped was logged.
 	silentSince  time.Time
 	silentLogged bool
+	// nodeFault says why its node could not be used at its last failure
+	// (Slurm refused the step, the worker could not be reached); "" when
+	// that failure says nothing against the node.
+	nodeFault string
 }
 
 // running reports whether the process exists (starting, ready or stopping).
@@ -148,7 +152,7 @@ func (r *Runner) start(m *member) {
 	}
 	m.lastOK, m.loadingLogged, m.unhealthy, m.foreignLogged = time.Time{}, false, false, false
 	m.busySince, m.work, m.killing = time.Time{}, 0, false
-	m.silentSince, m.silentLogged = time.Time{}, false
+	m.silentSince, m.silentLogged, m.nodeFault = time.Time{}, false, ""
 	h, err := r.opts.Launcher.Start(m.spec)
 	if err != nil {
 		m.h = nil

@@ -202,9 +202,14 @@ func (r *Runner) takeLateReasons() {
 }
 
 // giveUp ends the run with ErrGaveUp: the endpoint goes first (no more
-// routing), then every process.
-func (r *Runner) giveUp(reason string) {
+// routing), then every process. m is the process whose failure made the
+// runner give up: when its node could not be used, the error is a
+// NodeError naming it, so that the job can ask for other nodes.
+func (r *Runner) giveUp(m *member, reason string) {
 	r.err = fmt.Errorf("%w: %s", ErrGaveUp, reason)
+	if m.nodeFault != "" {
+		r.err = &NodeError{Node: m.spec.Node, Why: m.nodeFault, Reason: reason}
+	}
 	r.removeEndpoint()
 	r.stopAll()
 	r.setState(StateFailed, reason)
