@@ -26,6 +26,12 @@ const (
 	CauseTimeLimit Cause = "time-limit"
 	// CauseNodeLost: a node of the job is down or not responding.
 	CauseNodeLost Cause = "node-lost"
+	// CauseNodeUnusable: the tier gave up before it was ever ready because
+	// a node of the job's allocation, up in Slurm, could not be used (steps
+	// refused there, its worker unreachable: scripts/FACTS-cluster.md N6).
+	// Unlike a lost node it counts as a failed run, so that a tier whose
+	// nodes never work stops requeueing itself.
+	CauseNodeUnusable Cause = "node-unusable"
 	// CauseShutdown: the supervisor itself was told to stop (SIGTERM or
 	// SIGINT) while Slurm shows nothing ending: an admin, systemd, a
 	// terminal.

@@ -12,6 +12,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -219,26 +220,57 @@ func (l *Life) runOnce(ctx context.Context, t Tier) (Outcome, bool) {
 	<-watchDone // afterDrain reads the signals from here on
 	if err != nil {
 		// The runner logged the one "gave up" line with its reason.
-		return l.afterGiveUp(ctx), false
+		return l.afterGiveUp(ctx, err), false
 	}
 	return l.afterDrain(ctx, st)
 }
 
-// afterGiveUp decides what follows a tier that gave up: when a node of the
-// job is down (lost: too few workers were left), the tier is not at fault
-// and the job is requeued, to come back when Slurm has the nodes; else the
-// job ends (the keeper resubmits it, with backoff).
-func (l *Life) afterGiveUp(ctx context.Context) Outcome {
+// afterGiveUp decides what follows a tier that gave up (gaveUp is the
+// runner's error): when a node of the job is down (lost: too few workers
+// were left), the tier is not at fault and the job is requeued, to come
+// back when Slurm has the nodes; when the tier was never ready because a
+// node of its allocation could not be used, the job is requeued for a
+// fresh allocation (requeueFromNode); else the job ends (the keeper
+// resubmits it, with backoff).
+func (l *Life) afterGiveUp(ctx context.Context, gaveUp error) Outcome {
 	log, alloc := l.opts.Log, l.opts.Alloc
 	cctx, cancel := context.WithTimeout(ctx, l.timing.PollTimeout)
 	down, err := l.opts.Slurm.NodesDown(cctx, alloc.Nodes)
 	cancel()
+	var bad *supervisor.NodeError
+	if (err != nil || !down) && errors.As(gaveUp, &bad) && !l.record.wasReady() {
+		return l.requeueFromNode(ctx, bad)
+	}
 	if err != nil || !down {
 		l.record.end(CauseUnknown)
 		return GaveUp
 	}
 	l.record.end(CauseNodeLost)
 	log.Warn("a node of the job is down: requeueing the job rather than ending it")
+	if err := requeueJob(ctx, l.opts.Slurm, alloc, l.timing.RequeueRetry, log); err != nil {
+		log.Error("cannot requeue the job", "error", err)
+		return GaveUp
+	}
+	return Stopped
+}
+
+// requeueFromNode requeues a job whose tier gave up, never ready, on a
+// node of its own allocation that Slurm shows up but that could not be
+// used: right after a node failure Slurm gave a job such an allocation and
+// refused every step on the node for seconds (scripts/FACTS-cluster.md N6).
+// Ending the job would lose it until the keeper resubmits it; a requeue
+// brings it back on a fresh allocation. The run counts as failed, so after
+// max_failed_runs such runs in a row the job ends.
+func (l *Life) requeueFromNode(ctx context.Context, bad *supervisor.NodeError) Outcome {
+	log, alloc := l.opts.Log, l.opts.Alloc
+	state := l.record.end(CauseNodeUnusable)
+	ok, why := ShouldRequeue(state, l.opts.MaxFailedRuns)
+	if !ok {
+		log.Error("not requeueing the job: its allocations keep failing", "node", bad.Node, "reason", bad.Why, "failed_runs", why)
+		return GaveUp
+	}
+	log.Warn("a node of the job's allocation cannot be used: requeueing the job for a fresh allocation",
+		"node", bad.Node, "reason", bad.Why, "failed_runs", why)
 	if err := requeueJob(ctx, l.opts.Slurm, alloc, l.timing.RequeueRetry, log); err != nil {
 		log.Error("cannot requeue the job", "error", err)
 		return GaveUp

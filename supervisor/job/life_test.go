@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/slurm"
@@ -68,10 +69,15 @@ func (s *scriptedSlurm) NodesDown(context.Context, []string) (bool, error) { ret
 // newTestLife is a Life with fast timing over sl and its signal channel.
 func newTestLife(t *testing.T, sl Slurm) (*Life, chan os.Signal) {
 	sigs := make(chan os.Signal, 1)
-	return New(Options{Alloc: slurm.Allocation{JobID: "7", Nodes: []string{"n1"}}, Slurm: sl, Signals: sigs, Tier: "t",
-		RunState: filepath.Join(t.TempDir(), "t-7.state"), MaxFailedRuns: 3, Log: hclog.NewNullLogger(),
+	return New(testOptions(sl, sigs, filepath.Join(t.TempDir(), "t-7.state"))), sigs
+}
+
+// testOptions are the options of a test Life of job 7 with fast timing.
+func testOptions(sl Slurm, sigs chan os.Signal, runState string) Options {
+	return Options{Alloc: slurm.Allocation{JobID: "7", Nodes: []string{"n1"}}, Slurm: sl, Signals: sigs, Tier: "t",
+		RunState: runState, MaxFailedRuns: 3, Log: hclog.NewNullLogger(),
 		Timing: Timing{Poll: time.Hour, ClassifyRetry: time.Millisecond, RequeueRetry: time.Millisecond,
-			WaitPoll: time.Millisecond, RestartConfirm: time.Millisecond}}), sigs
+			WaitPoll: time.Millisecond, RestartConfirm: time.Millisecond}}
 }
 
 // runLife runs l: the first stray tiers each get a step's stop notice once
@@ -179,6 +185,66 @@ func TestGaveUpWithANodeDownRequeues(t *testing.T) {
 			}
 			if out != want || sl.requeues != requeues {
 				t.Errorf("outcome %v with %d requeues, want %v with %d", out, sl.requeues, want, requeues)
+			}
+		})
+	}
+}
+
+// nodeFaultTier gives up on a node of its allocation that could not be
+// used, as a runner does whose worker's steps Slurm refuses (N6); with
+// ready, only after the tier was ready once.
+type nodeFaultTier struct {
+	life  *Life
+	ready bool
+}
+
+func (n nodeFaultTier) Run(context.Context) error {
+	if n.ready {
+		n.life.Observe(supervisor.Event{Kind: supervisor.EventState, State: supervisor.StateReady})
+	}
+	return &supervisor.NodeError{Node: "n3", Why: "Slurm refused to create the step there: Requested node configuration is not available",
+		Reason: "worker rpc-n3 failed to start 3 times in a row"}
+}
+func (nodeFaultTier) Stop(supervisor.StopRequest) {}
+
+// Regression (scripts/FACTS-cluster.md N6): a job restarted after a node
+// failure got an allocation whose returned node Slurm refused every step
+// on; the tier gave up and the job ended, lost until the keeper resubmits
+// it. A tier that gives up, never ready, on a node of its allocation that
+// Slurm shows up requeues the job for a fresh allocation, as long as
+// max_failed_runs allows: runs that keep failing so end the job.
+func TestGaveUpOnUnusableNodeRequeues(t *testing.T) {
+	tests := []struct {
+		name string
+		// ready: the tier was ready before it gave up.
+		ready bool
+		// runs are consecutive runs of the job (restart counts 0, 1, …),
+		// each giving up on the node.
+		runs         int
+		want         []Outcome
+		wantRequeues int
+	}{
+		{name: "never ready: requeued", runs: 1, want: []Outcome{Stopped}, wantRequeues: 1},
+		{name: "after it was ready: the job ends", ready: true, runs: 1, want: []Outcome{GaveUp}},
+		{name: "max_failed_runs (3) runs in a row: requeued twice, then the job ends", runs: 3,
+			want: []Outcome{Stopped, Stopped, GaveUp}, wantRequeues: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sl := &scriptedSlurm{}
+			sl.show = func(int) slurm.JobInfo {
+				return slurm.JobInfo{State: slurm.JobRunning, Requeue: true, Restarts: sl.requeues}
+			}
+			state := filepath.Join(t.TempDir(), "t-7.state")
+			var got []Outcome
+			for run := 0; run < tt.runs; run++ {
+				opts := testOptions(sl, make(chan os.Signal, 1), state)
+				opts.Alloc.RestartCount = run
+				l := New(opts)
+				got = append(got, l.Run(context.Background(), nodeFaultTier{life: l, ready: tt.ready}, nil))
+			}
+			if d := cmp.Diff(tt.want, got); d != "" || sl.requeues != tt.wantRequeues {
+				t.Errorf("%d requeues, want %d; outcomes (-want +got):\n%s", sl.requeues, tt.wantRequeues, d)
 			}
 		})
 	}

@@ -83,6 +83,13 @@ func (r *runRecord) observe(e supervisor.Event) {
 	r.saveLocked()
 }
 
+// wasReady reports whether the tier was ready at some point of this run.
+func (r *runRecord) wasReady() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ready
+}
+
 // end records how the run ended and returns the state to decide a requeue on.
 func (r *runRecord) end(cause Cause) RunState {
 	r.mu.Lock()
