@@ -95,7 +95,10 @@ netns=0
 cluster_status=$(scripts/slurm-cluster.sh status 2>&1 || true)
 [[ $cluster_status == *"mode: netns"* ]] && netns=1
 
-mkdir -p "$EP_DIR" "$STATE/logs" "$DEMO_DIR/upstreams" "$DEMO_DIR/tmp"
+mkdir -p "$EP_DIR" "$STATE/logs" "$STATE/models" "$DEMO_DIR/upstreams" "$DEMO_DIR/tmp"
+# The fake llama.cpp reads no weights, but an elastic member checks that the model it would
+# lead with is readable on its node (etc/local/*.toml name these files).
+touch "$STATE/models/fast-tiny.gguf" "$STATE/models/reasoning-tiny.gguf"
 rm -f "$EP_DIR"/*.json
 rm -rf "${DEMO_DIR:?}/state"
 
@@ -310,7 +313,7 @@ else
 	vasp2=$(sbatch --parsable -p gpu_vasp -N1 -n1 -w "$victim_node" --job-name=vasp-demo -o "$DEMO_DIR/vasp-%j.out" --wrap 'sleep 600')
 	t_pre=$(ms)
 	wait_for "replica $victim to be gone" 60 gone "$victim"
-	info "replica $victim gone $(since "$t_pre") s after the VASP job was submitted (not requeued: an extra is simply gone)"
+	info "replica $victim gone $(since "$t_pre") s after the VASP job was submitted (its supervisor requeued it, the keeper cancelled it: an extra never runs again)"
 	wait_for "the VASP job to run" 60 running "$vasp2"
 	info "VASP job $vasp2 running on $victim_node $(since "$t_pre") s after its sbatch; 2 replicas routed: $(replicas routed)"
 	sleep 3

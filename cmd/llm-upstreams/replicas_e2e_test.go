@@ -276,11 +276,12 @@ func BenchmarkE2EReplicasReaction(b *testing.B) {
 }
 
 // TestE2EReplicasGrowGiveWayAndShrink: under load the tier grows from one
-// replica onto the idle nodes, one extra at a time, each its own
-// --no-requeue job; a science job taking one extra's node ends that
-// replica (not requeued) while the others serve on without a failed
-// request; when the load stops the extras drain and end after idle_after,
-// and the kept replica stays.
+// replica onto the idle nodes, one extra at a time, each its own job; a
+// science job taking one extra's node ends that replica (its supervisor
+// requeues it, so the node frees at once, and the keeper cancels it: it
+// never runs again) while the others serve on without a failed request;
+// when the load stops the extras drain and end after idle_after, and the
+// kept replica stays.
 func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
 	w := newReplicaWorld(t, 3, 2)
 	w.waitFor("the kept replica running and routed", 90*time.Second, func() bool { return len(w.routed()) == 1 })
@@ -304,8 +305,8 @@ func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Requeue {
-			t.Errorf("extra %s is requeueable, want --no-requeue", e.ID)
+		if !info.Requeue {
+			t.Errorf("extra %s is not requeueable, want --requeue (the keeper cancels it once requeued)", e.ID)
 		}
 		nodes[e.NodeList] = true
 	}
@@ -317,7 +318,8 @@ func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
 		t.Errorf("%d extras at max 3, want 2", n)
 	}
 
-	// Science takes one extra's node: that replica is gone, not requeued.
+	// Science takes one extra's node: that replica is requeued, then
+	// cancelled by the keeper: gone.
 	victim := extras[0]
 	before := l.failed.Load()
 	out, err := exec.Command("sbatch", "--parsable", "-p", "gpu_vasp", "-J", "vasp-"+w.jobName, "-w", victim.NodeList,
@@ -331,11 +333,14 @@ func TestE2EReplicasGrowGiveWayAndShrink(t *testing.T) {
 		return len(js) == 1 && js[0].State == slurm.JobRunning
 	})
 	w.waitFor("two replicas routed", 30*time.Second, func() bool { return len(w.routed()) == 2 })
-	for _, e := range w.jobs(w.jobName + "-extra") {
-		if e.ID == victim.ID {
-			t.Errorf("preempted extra %s still listed %s: want it gone, not requeued", e.ID, e.State)
+	w.waitFor("the preempted extra gone (requeued, then cancelled by the keeper)", 30*time.Second, func() bool {
+		for _, e := range w.jobs(w.jobName + "-extra") {
+			if e.ID == victim.ID {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	time.Sleep(3 * time.Second) // the others serve on
 	if f := l.failed.Load() - before; f > 0 {
 		t.Errorf("%d requests failed around the preemption (last: %v)", f, l.lastErr.Load())

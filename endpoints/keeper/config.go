@@ -110,7 +110,8 @@ type TierConfig struct {
 // Replicas is [tiers.NAME.replicas]: a tier of Min jobs kept queued (as
 // members, requeued when preempted) and up to Max-Min extra jobs, each its
 // own replica on its own node, submitted only while the tier has demand and
-// Slurm can start them at once without delaying anyone, never requeued, and
+// Slurm can start them at once without delaying anyone, never run again
+// once preempted (requeued, then cancelled by the scale check), and
 // ending by themselves once idle.
 type Replicas struct {
 	// Min is how many replicas are kept queued (Members); Max the most
@@ -132,7 +133,7 @@ type Replicas struct {
 	// ExtraJobName is the extra replicas' job name; default <job_name>-extra.
 	ExtraJobName string
 	// ExtraSbatchArgs are given to the extra replicas' sbatch after the
-	// tier's sbatch_args (and --no-requeue, --export).
+	// tier's sbatch_args (and --requeue, --export).
 	ExtraSbatchArgs []string
 	// MaxLine is the line of max in the file, for CheckRoom's error (which
 	// needs Slurm, so comes after Load).
@@ -394,8 +395,8 @@ func (r Replicas) validate(d *tomlconf.Decoder, key toml.Key, jobName string) {
 		add("extra_job_name", "want a name without commas, quotes or white space, other than job_name")
 	}
 	for _, a := range r.ExtraSbatchArgs {
-		if a == "-J" || strings.HasPrefix(a, "--job-name") || strings.HasPrefix(a, "-J") || strings.HasPrefix(a, "--requeue") {
-			add("extra_sbatch_args", "%s is set by the keeper (extra_job_name, --no-requeue)", a)
+		if a == "-J" || strings.HasPrefix(a, "--job-name") || strings.HasPrefix(a, "-J") || strings.HasPrefix(a, "--requeue") || strings.HasPrefix(a, "--no-requeue") {
+			add("extra_sbatch_args", "%s is set by the keeper (extra_job_name, --requeue)", a)
 		}
 	}
 }

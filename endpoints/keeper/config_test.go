@@ -225,7 +225,7 @@ extra_job_name = "code-more"
 		t.Errorf("code: members %d, replicas (-want +got):\n%s", code.Members, d)
 	}
 	args := ExtraSbatchArgs(fast, fast.Replicas)
-	wantArgs := []string{"--job-name=llm-fast-extra", "--exclusive", "--no-requeue", "--export=ALL,SLURM_LLM_IDLE_EXIT=300s"}
+	wantArgs := []string{"--job-name=llm-fast-extra", "--exclusive", "--requeue", "--export=ALL,SLURM_LLM_IDLE_EXIT=300s"}
 	if d := cmp.Diff(wantArgs, args); d != "" {
 		t.Errorf("extra sbatch args (-want +got):\n%s", d)
 	}
@@ -258,7 +258,7 @@ replicas = { max = 2 }
 		"k.toml:8: tiers.fast.replicas.in_flight_per_replica: want at least 1",
 		`k.toml:9: tiers.fast.replicas.idle_after: want at least "1s"`,
 		"k.toml:10: tiers.fast.replicas.extra_job_name: want a name without commas, quotes or white space, other than job_name",
-		"k.toml:11: tiers.fast.replicas.extra_sbatch_args: --requeue is set by the keeper (extra_job_name, --no-requeue)",
+		"k.toml:11: tiers.fast.replicas.extra_sbatch_args: --requeue is set by the keeper (extra_job_name, --requeue)",
 		"k.toml:14: tiers.b.replicas: want max: the most replicas that run at once",
 	}
 	if err == nil {

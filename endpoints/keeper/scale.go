@@ -60,10 +60,12 @@ type Replica struct {
 	State slurm.JobState `json:"state"`
 	Node  string         `json:"node,omitempty"`
 	// Partition is the job's (its first, as squeue lists it).
-	Partition string    `json:"partition"`
-	Endpoint  string    `json:"endpoint,omitempty"`
-	InFlight  *int      `json:"in_flight,omitempty"`
-	Submit    time.Time `json:"submit"`
+	Partition string `json:"partition"`
+	// Restarts is how often Slurm requeued the job.
+	Restarts int       `json:"restarts,omitempty"`
+	Endpoint string    `json:"endpoint,omitempty"`
+	InFlight *int      `json:"in_flight,omitempty"`
+	Submit   time.Time `json:"submit"`
 }
 
 // Replicas lists the tier's jobs (kept and extra, of owner uid) with their
@@ -81,7 +83,7 @@ func (f ScaleFacts) Replicas(cfg TierConfig, owner uint32) []Replica {
 		if j.UID != owner || (j.Name != cfg.JobName && !extra) {
 			continue
 		}
-		r := Replica{JobID: j.ID, Extra: extra, State: j.State, Node: j.NodeList, Partition: j.Partition, Submit: j.Submit}
+		r := Replica{JobID: j.ID, Extra: extra, State: j.State, Node: j.NodeList, Partition: j.Partition, Submit: j.Submit, Restarts: j.Restarts}
 		if e, ok := files[j.ID]; ok {
 			r.Endpoint, r.InFlight = string(e.State), e.InFlight
 		}
@@ -135,12 +137,14 @@ func DecideScale(cfg TierConfig, st TierState, owner uint32, f ScaleFacts, now t
 	}
 	rep := EffectiveReplicas(cfg, st)
 	replicas := f.Replicas(cfg, owner)
-	var kept, extras, pendingExtras, staleExtras []Replica
+	var kept, extras, pendingExtras, staleExtras, requeued []Replica
 	for _, r := range replicas {
 		if !liveStates[r.State] {
 			continue
 		}
 		switch {
+		case r.Extra && r.Restarts > 0:
+			requeued = append(requeued, r)
 		case !r.Extra:
 			kept = append(kept, r)
 		case r.State == slurm.JobPending && !r.Submit.IsZero() && now.Sub(r.Submit) >= rep.StartTimeout:
@@ -150,6 +154,11 @@ func DecideScale(cfg TierConfig, st TierState, owner uint32, f ScaleFacts, now t
 		default:
 			extras = append(extras, r)
 		}
+	}
+	if len(requeued) > 0 {
+		return ScaleDecision{Action: ScaleCancel, Cancel: ids(requeued), DemandSince: st.DemandSince,
+			Reason: fmt.Sprintf("extra replica %s was requeued (preempted, or its node lost): an extra never runs again",
+				strings.Join(ids(requeued), ","))}
 	}
 	if len(staleExtras) > 0 {
 		return ScaleDecision{Action: ScaleCancel, Cancel: ids(staleExtras), DemandSince: st.DemandSince,

@@ -170,14 +170,18 @@ func (k *Keeper) grow(ctx context.Context, log hclog.Logger, tc TierConfig, st T
 }
 
 // ExtraSbatchArgs are the sbatch options of an extra replica: its job
-// name, the tier's sbatch_args and extra_sbatch_args, then --no-requeue
-// (an extra replica preempted is simply gone; last, so it wins over the
-// script's #SBATCH --requeue) and the idle exit for its supervisor.
+// name, the tier's sbatch_args and extra_sbatch_args, then --requeue and
+// the idle exit for its supervisor. An extra replica preempted is gone for
+// good, yet it is requeueable: its supervisor then requeues it after the
+// drain, and Slurm gives the preemptor the node in the same millisecond,
+// where a job that ends instead (--no-requeue) holds it ~1.6 s longer
+// (measured, slurm/FACTS.md R11); DecideScale cancels the requeued job
+// before it can run again. Last, so it wins over the script's #SBATCH lines.
 func ExtraSbatchArgs(tc TierConfig, rep Replicas) []string {
 	args := []string{"--job-name=" + rep.ExtraJobName}
 	args = append(args, tc.SbatchArgs...)
 	args = append(args, rep.ExtraSbatchArgs...)
-	return append(args, "--no-requeue", "--export=ALL,"+endpoints.IdleExitEnv+"="+strconv.FormatInt(int64(rep.IdleAfter/time.Second), 10)+"s")
+	return append(args, "--requeue", "--export=ALL,"+endpoints.IdleExitEnv+"="+strconv.FormatInt(int64(rep.IdleAfter/time.Second), 10)+"s")
 }
 
 // ScaleTier is `tier scale NAME --min N --max M`: the admin's min and max

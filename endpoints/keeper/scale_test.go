@@ -60,6 +60,10 @@ func TestDecideScale(t *testing.T) {
 	science.Reason, science.Partition, science.UID = "Resources", "gpu_vasp", 2000
 	held := member
 	held.Reason, held.Priority = "JobHeldAdmin", 0
+	requeuedExtra := job("13", "llm-fast-extra", slurm.JobPending, "") // preempted: its supervisor requeued it
+	requeuedExtra.Reason, requeuedExtra.Restarts, requeuedExtra.Submit = "BeginTime", 1, scaleNow
+	requeuedKept := kept
+	requeuedKept.State, requeuedKept.Reason, requeuedKept.Restarts = slurm.JobPending, "BeginTime", 1
 	demandSince := scaleNow.Add(-10 * time.Second)
 	two, one := 2, 1
 
@@ -99,6 +103,10 @@ func TestDecideScale(t *testing.T) {
 		{name: "above max after tier scale: newest extra cancelled", st: TierState{ScaleMax: &one},
 			f:      ScaleFacts{Jobs: []slurm.QueuedJob{kept, extra}, Partitions: parts},
 			action: ScaleCancel, cancel: []string{"11"}, reason: "2 replicas, max 1"},
+		{name: "extra requeued (preempted): cancelled at once, even with demand; the kept one is not", st: TierState{DemandSince: demandSince},
+			f:      ScaleFacts{Jobs: []slurm.QueuedJob{requeuedKept, extra, requeuedExtra}, Partitions: parts, Endpoints: []endpoints.Endpoint{ready("11", 12)}},
+			action: ScaleCancel, cancel: []string{"13"}, reason: "extra replica 13 was requeued (preempted, or its node lost): an extra never runs again",
+			since: demandSince},
 		{name: "extra pending past start_timeout: cancelled",
 			f:      ScaleFacts{Jobs: []slurm.QueuedJob{kept, staleExtra}, Partitions: parts},
 			action: ScaleCancel, cancel: []string{"12"}, reason: "still pending 30s after its submit"},
@@ -186,7 +194,7 @@ func scaleRig(t *testing.T) (cfg Config, f *fakeSlurm, epDir string, uid uint32)
 
 // TestScaleGrowsAndCancels runs Scale against the fake scheduler and an
 // endpoint directory: demand held → sbatch --test-only → sbatch of an
-// extra with --no-requeue and the idle exit; a scheduler error submits and
+// extra with --requeue and the idle exit; a scheduler error submits and
 // cancels nothing.
 func TestScaleGrowsAndCancels(t *testing.T) {
 	cfg, f, epDir, uid := scaleRig(t)
@@ -212,7 +220,7 @@ func TestScaleGrowsAndCancels(t *testing.T) {
 	if len(f.submits) != 1 || res[0].Submitted == "" {
 		t.Fatalf("demand held 6 s: submits %v, result %+v", f.submits, res)
 	}
-	want := []string{"--job-name=llm-fast-extra", "--no-requeue", "--export=ALL,SLURM_LLM_IDLE_EXIT=300s"}
+	want := []string{"--job-name=llm-fast-extra", "--requeue", "--export=ALL,SLURM_LLM_IDLE_EXIT=300s"}
 	if d := cmp.Diff(want, f.submits[0].Args); d != "" {
 		t.Errorf("sbatch args (-want +got):\n%s", d)
 	}

@@ -167,8 +167,8 @@ func classifyBlind(f NoticeFacts) NoticeDecision {
 }
 
 // afterRequeue is AfterRequeue for a job that may be requeued, else
-// AfterExit: a job that will never be requeued (an extra replica, sbatch
-// --no-requeue) loses nothing by ending now, and its nodes go to the
+// AfterExit: a job that will never be requeued (sbatch --no-requeue)
+// loses nothing by ending now, and its nodes go to the
 // preemptor at once instead of at the end of the grace (measured: the
 // preemptor started 0.9 s after such a batch script exited, slurm/FACTS.md).
 func afterRequeue(f NoticeFacts) AfterDrain {
