@@ -355,7 +355,10 @@ llm-upstreams report --since 1h --config "$DEMO_DIR/upstreams.toml" 2>/dev/null 
 
 # ---------------------------------------------------------------- elastic reasoning tier
 serving_on() { # serving_on N: llm-upstreams status says the reasoning tier serves on N of 3 nodes
-	llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | grep -q "^reasoning .*routed: serving on $1 of 3 nodes"
+	# (not `status | grep -q`: grep's early exit fails the pipe under pipefail)
+	local st
+	st=$(llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null) || return 1
+	grep -q "^reasoning .*routed: serving on $1 of 3 nodes" <<<"$st"
 }
 none_named() { [ -z "$(squeue -h -n "$1" 2>/dev/null)" ]; }
 if [ $netns = 0 ]; then
