@@ -118,6 +118,9 @@ func EffectiveReplicas(cfg TierConfig, st TierState) Replicas {
 // In order:
 //   - facts not gathered: nothing (a scheduler error never submits or
 //     cancels);
+//   - an extra replica Slurm requeued (preempted: its supervisor requeued
+//     it so that the node went to the preemptor at once; or its node was
+//     lost): cancel it, an extra never runs again;
 //   - an extra replica pending longer than start_timeout: cancel it (Slurm
 //     could not start it at once after all);
 //   - more replicas than max (an admin lowered it): cancel the newest extras;
