@@ -114,7 +114,9 @@ cleanup() {
 	[ -n "$keeper_pid" ] && kill "$keeper_pid" 2>/dev/null && wait "$keeper_pid" 2>/dev/null
 	for j in "${jobs_started[@]}"; do scancel "$j" 2>/dev/null; done
 	rm -f "$DEMO_DIR/load.on"
-	scancel --name=vasp-demo,llm-fast-extra,llm-reasoning 2>/dev/null
+	for name in vasp-demo llm-fast-extra llm-reasoning; do # scancel --name takes one name
+		scancel --name="$name" 2>/dev/null
+	done
 	local deadline=$(($(date +%s) + 60))
 	while [ -n "$(squeue -h -n llm-fast,llm-fast-extra,llm-reasoning,vasp-demo 2>/dev/null)" ] && [ "$(date +%s)" -lt $deadline ]; do
 		sleep 1
