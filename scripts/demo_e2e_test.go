@@ -75,4 +75,12 @@ func TestDemoE2E(t *testing.T) {
 	if strings.Contains(text, "FAILED") {
 		t.Errorf("demo output reports a failure")
 	}
+	// The demo stops what it started, also on a cluster that was up before
+	// it (as here in CI), where the next tests need every node.
+	if out, err := exec.Command("squeue", "-h", "-n", "llm-fast,llm-fast-extra,llm-reasoning,vasp-demo", "-o", "%i %j %T").CombinedOutput(); err == nil && len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("jobs the demo started are left in the queue:\n%s", out)
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			_ = exec.Command("scancel", strings.Fields(line)[0]).Run() // so the next tests have the nodes
+		}
+	}
 }
