@@ -79,6 +79,7 @@ func New(cfg Config, opts Options) *Keeper {
 	if k.sched == nil {
 		k.sched = &slurm.Client{Timeout: cfg.SchedulerTimeout, User: cfg.SubmitAs}
 	}
+	k.sched = countingScheduler{Scheduler: k.sched, m: k.metrics}
 	if k.log == nil {
 		k.log = hclog.NewNullLogger()
 	}
@@ -159,7 +160,6 @@ func (k *Keeper) passTier(ctx context.Context, tc TierConfig) TierResult {
 			log.Info("job ran long enough, backoff reset", "job_id", st.JobID, "healthy_reset", tc.HealthyReset)
 		}
 	} else {
-		k.metrics.schedulerError()
 		st = RecordError(st, listErr, now)
 	}
 	d := Decide(tc, st, jobs, listErr, now)
@@ -190,7 +190,6 @@ func (k *Keeper) act(ctx context.Context, log hclog.Logger, tc TierConfig, st Ti
 		for _, id := range d.Cancel {
 			if err := k.sched.Cancel(ctx, id); err != nil {
 				log.Error("cancel extra job", "job_id", id, "error", err)
-				k.metrics.schedulerError()
 				st = RecordError(st, err, now)
 				res.Err = errors.Join(res.Err, err)
 				continue
@@ -221,7 +220,6 @@ func (k *Keeper) submit(ctx context.Context, log hclog.Logger, tc TierConfig, st
 	st = RecordSubmits(st, ids, err, now)
 	k.metrics.did(tc.Name, len(ids), 0)
 	if err != nil {
-		k.metrics.schedulerError()
 		log.Error("submit failed", "script", tc.Script, "submitted", ids, "unhealthy_submits", st.Unhealthy,
 			"next_backoff", Backoff(tc, st.Unhealthy), "error", err)
 		res.Err = errors.Join(res.Err, err)

@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"sync"
@@ -133,6 +134,53 @@ func (m *Metrics) releasedJob(tier string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.released[tier]++
+}
+
+// countingScheduler is the keeper's Scheduler: every call that fails is
+// counted once, for llm_keeper_scheduler_errors_total, whoever made it.
+type countingScheduler struct {
+	Scheduler
+	m *Metrics
+}
+
+func (c countingScheduler) count(err error) error {
+	if err != nil {
+		c.m.schedulerError()
+	}
+	return err
+}
+
+func (c countingScheduler) JobsByName(ctx context.Context, name string) ([]slurm.JobRef, error) {
+	jobs, err := c.Scheduler.JobsByName(ctx, name)
+	return jobs, c.count(err)
+}
+
+func (c countingScheduler) Submit(ctx context.Context, script string, sbatchArgs ...string) (string, error) {
+	id, err := c.Scheduler.Submit(ctx, script, sbatchArgs...)
+	return id, c.count(err)
+}
+
+func (c countingScheduler) Cancel(ctx context.Context, id string) error {
+	return c.count(c.Scheduler.Cancel(ctx, id))
+}
+
+func (c countingScheduler) Queue(ctx context.Context, q slurm.QueueQuery) ([]slurm.QueuedJob, error) {
+	jobs, err := c.Scheduler.Queue(ctx, q)
+	return jobs, c.count(err)
+}
+
+func (c countingScheduler) ReleaseNow(ctx context.Context, id string) error {
+	return c.count(c.Scheduler.ReleaseNow(ctx, id))
+}
+
+func (c countingScheduler) TestSubmit(ctx context.Context, script string, sbatchArgs ...string) (slurm.StartEstimate, error) {
+	est, err := c.Scheduler.TestSubmit(ctx, script, sbatchArgs...)
+	return est, c.count(err)
+}
+
+func (c countingScheduler) Partitions(ctx context.Context) (map[string]slurm.Partition, error) {
+	parts, err := c.Scheduler.Partitions(ctx)
+	return parts, c.count(err)
 }
 
 // schedulerError counts a scheduler call that failed or did not answer.

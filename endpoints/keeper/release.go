@@ -169,9 +169,7 @@ func (k *Keeper) Release(ctx context.Context) ReleaseResult {
 	}
 	jobs, err := k.sched.Queue(ctx, slurm.QueueQuery{Names: names, User: k.cfg.SubmitAs})
 	res := ReleaseResult{ListErr: err, Err: err, Next: now.Add(k.cfg.ReleaseInterval)}
-	if err != nil {
-		k.metrics.schedulerError()
-	} else {
+	if err == nil {
 		k.metrics.listedKept(k.cfg, jobs, now)
 	}
 	res.Decisions = PlanReleases(k.cfg, k.cfg.ReleasePolicy(), states, stateErrs, jobs, err, k.owner, now)
@@ -186,7 +184,6 @@ func (k *Keeper) Release(ctx context.Context) ReleaseResult {
 				res.Decisions[i].Verdict, res.Decisions[i].Failed = VerdictLeave, true
 				res.Decisions[i].Reason = "release failed, tried again at the next check: " + rerr.Error()
 				res.Err = errors.Join(res.Err, rerr)
-				k.metrics.schedulerError()
 				continue
 			}
 			k.metrics.releasedJob(d.Tier)

@@ -47,11 +47,9 @@ func (k *Keeper) scaledTiers() []TierConfig {
 func (k *Keeper) gatherScale(ctx context.Context) ScaleFacts {
 	var f ScaleFacts
 	if f.Jobs, f.Err = k.sched.Queue(ctx, slurmQueueAll); f.Err != nil {
-		k.metrics.schedulerError()
 		return f
 	}
 	if f.Partitions, f.Err = k.sched.Partitions(ctx); f.Err != nil {
-		k.metrics.schedulerError()
 		return f
 	}
 	scan, err := endpoints.ReadDir(k.cfg.EndpointDir, endpoints.ReadOptions{AllowedUIDs: []uint32{k.owner}})
@@ -113,7 +111,6 @@ func (k *Keeper) scaleTier(ctx context.Context, tc TierConfig, facts ScaleFacts)
 	case ScaleCancel:
 		for _, id := range d.Cancel {
 			if err := k.sched.Cancel(ctx, id); err != nil {
-				k.metrics.schedulerError()
 				res.Err = errors.Join(res.Err, err)
 				continue
 			}
@@ -143,7 +140,6 @@ func (k *Keeper) grow(ctx context.Context, log hclog.Logger, tc TierConfig, st T
 	args := ExtraSbatchArgs(tc, rep)
 	est, err := k.sched.TestSubmit(ctx, tc.Script, args...)
 	if err != nil {
-		k.metrics.schedulerError()
 		res.Err = err
 		res.Why = "sbatch --test-only: " + err.Error()
 		return st, res
@@ -156,7 +152,6 @@ func (k *Keeper) grow(ctx context.Context, log hclog.Logger, tc TierConfig, st T
 	id, err := k.sched.Submit(ctx, tc.Script, args...)
 	st.ExtraSubmits = append(recentSubmits(st.ExtraSubmits, now), now)
 	if err != nil {
-		k.metrics.schedulerError()
 		res.Err = err
 		st = RecordError(st, err, now)
 		log.Error("extra replica not submitted", "error", err)
