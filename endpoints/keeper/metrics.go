@@ -195,6 +195,11 @@ func (m *Metrics) schedulerError() {
 // are not counts of jobs.
 func (k *Keeper) WritePrometheus(w io.Writer) error {
 	live := k.liveCounts()
+	names := k.cfg.TierNames()
+	states := make(map[string]TierState, len(names))
+	for _, name := range names {
+		states[name], _ = k.store.Load(name) // unreadable: the config's word
+	}
 	m := k.metrics
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -202,7 +207,6 @@ func (k *Keeper) WritePrometheus(w io.Writer) error {
 	header := func(name, typ, help string) {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
 	}
-	names := k.cfg.TierNames()
 	header("llm_keeper_replicas", "gauge", "A tier's replicas (a tier without [replicas] is one): wanted (0 when disabled), "+
 		"pending and running in Slurm (kept and extra), and routed (a ready endpoint file with a live lease). Elastic tiers are in llm_keeper_members.")
 	for _, name := range names {
@@ -210,7 +214,7 @@ func (k *Keeper) WritePrometheus(w io.Writer) error {
 		if tc.elastic() {
 			continue
 		}
-		st, _ := k.store.Load(name) // unreadable: the config's word
+		st := states[name]
 		wanted := 0
 		switch {
 		case !st.IsEnabled(tc):
@@ -233,8 +237,7 @@ func (k *Keeper) WritePrometheus(w io.Writer) error {
 		if tc.Replicas.Max == 0 {
 			continue
 		}
-		st, _ := k.store.Load(name)
-		r := EffectiveReplicas(tc, st)
+		r := EffectiveReplicas(tc, states[name])
 		fmt.Fprintf(&b, "llm_keeper_replicas_bound{tier=%q,bound=\"min\"} %d\n", name, r.Min)
 		fmt.Fprintf(&b, "llm_keeper_replicas_bound{tier=%q,bound=\"max\"} %d\n", name, r.Max)
 	}
@@ -245,9 +248,8 @@ func (k *Keeper) WritePrometheus(w io.Writer) error {
 		if !tc.elastic() {
 			continue
 		}
-		st, _ := k.store.Load(name)
 		wanted := 0
-		if st.IsEnabled(tc) {
+		if states[name].IsEnabled(tc) {
 			wanted = tc.Members
 		}
 		kept := m.kept[name]
