@@ -31,6 +31,16 @@ const (
 	JobSignaling JobState = "SIGNALING"
 )
 
+// Queued reports whether a job in state s waits in the queue: pending, or
+// requeued on its way back to pending (REQUEUED, REQUEUE_HOLD, REQUEUE_FED).
+func (s JobState) Queued() bool {
+	switch s {
+	case JobPending, JobRequeued, "REQUEUE_HOLD", "REQUEUE_FED":
+		return true
+	}
+	return false
+}
+
 // JobInfo is the part of `scontrol show job` the supervisor uses. Times are
 // zero when Slurm prints None, Unknown or N/A or leaves the field out (a
 // requeued job has no BatchHost and no PreemptTime).

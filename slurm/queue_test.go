@@ -172,3 +172,12 @@ func FuzzParseQueue(f *testing.F) {
 		}
 	})
 }
+
+func TestJobStateQueued(t *testing.T) {
+	for s, want := range map[JobState]bool{JobPending: true, JobRequeued: true, "REQUEUE_HOLD": true, "REQUEUE_FED": true,
+		JobRunning: false, JobCompleting: false, JobSignaling: false, JobCancelled: false, "": false} {
+		if got := s.Queued(); got != want {
+			t.Errorf("%q.Queued() = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -54,10 +54,10 @@ func (k *Keeper) Metrics() *Metrics { return k.metrics }
 func countStates[J any](jobs []J, state func(J) slurm.JobState) jobCount {
 	var c jobCount
 	for _, j := range jobs {
-		switch state(j) {
-		case slurm.JobPending, slurm.JobRequeued, "REQUEUE_HOLD", "REQUEUE_FED":
+		switch s := state(j); {
+		case s.Queued():
 			c.pending++
-		case slurm.JobRunning, slurm.JobCompleting, slurm.JobSignaling, slurm.JobSuspended, "CONFIGURING":
+		case s == slurm.JobRunning, s == slurm.JobCompleting, s == slurm.JobSignaling, s == slurm.JobSuspended, s == "CONFIGURING":
 			c.running++
 		}
 	}

@@ -1,6 +1,9 @@
 package job
 
-import "time"
+import (
+	"slurm-llm/slurm"
+	"time"
+)
 
 // Cause is why a tier's run is ending, as far as the supervisor can tell
 // from the notices it got and the job's state in Slurm. The zero value is
@@ -147,7 +150,7 @@ func classifyEnding(f NoticeFacts) (NoticeDecision, bool) {
 		return decide(CauseTimeLimit, AfterExit, "time limit reached"), true
 	case f.JobState == "NODE_FAIL":
 		return decide(CauseNodeLost, AfterExit, "JobState NODE_FAIL"), true
-	case f.Restarts > f.RunRestarts || requeuedState(f.JobState):
+	case f.Restarts > f.RunRestarts || slurm.JobState(f.JobState).Queued():
 		return decide(CauseRequeued, AfterExit, "Slurm requeued the job"), true
 	case f.JobState == "COMPLETING":
 		return decide(CauseCancelled, AfterExit, "COMPLETING with restarts unchanged"), true
@@ -176,14 +179,6 @@ func afterRequeue(f NoticeFacts) AfterDrain {
 		return AfterRequeue
 	}
 	return AfterExit
-}
-
-func requeuedState(s string) bool {
-	switch s {
-	case "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED":
-		return true
-	}
-	return false
 }
 
 func decide(c Cause, a AfterDrain, why string) NoticeDecision {
