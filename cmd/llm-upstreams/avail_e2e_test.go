@@ -54,7 +54,7 @@ func newAvailWorld(t testing.TB) *availWorld {
 	}
 	e, id := newE2EController(t, "avail")
 	w := &availWorld{e2eController: e, jobName: "llm-avail-" + id, routedAt: map[string]time.Time{}, released: map[string][]time.Time{}}
-	w.write("tier.toml", fmt.Sprintf(availTier, w.dir, w.dir, w.dir, freePort(t)))
+	w.write("tier.toml", fakeTier(w.dir, freePort(t)))
 	w.write("job.sh", fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml\n", w.dir, w.dir))
 	w.write("keeper.toml", fmt.Sprintf(`state_dir = "%s/keeper"
 [tiers.fast]
@@ -82,26 +82,6 @@ reload = ["true"]
 	t.Cleanup(w.close)
 	return w
 }
-
-const availTier = `
-tier = "fast"
-kind = "single"
-endpoint_dir = "%s/endpoints"
-log_dir = "%s/logs"
-node_address = "slurm"
-
-[head]
-command = ["%s/fake-llama", "server", "--host", "{addr}", "--port", "{port}",
-           "-m", "/models/fast.gguf", "--metrics", "--fake-load-time", "300ms"]
-port = %d
-
-[timeouts]
-load = "60s"
-health_interval = "500ms"
-stop_grace = "3s"
-heartbeat = "1s"
-lease = "10s"
-`
 
 func freePort(t testing.TB) int {
 	t.Helper()

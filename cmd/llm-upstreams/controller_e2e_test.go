@@ -7,10 +7,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -150,4 +152,34 @@ func (e *e2eController) waitFor(what string, d time.Duration, cond func() bool, 
 		time.Sleep(50 * time.Millisecond)
 	}
 	return time.Now()
+}
+
+// fakeTier is the tier.toml of the worlds' jobs: a one-node tier of the
+// fake llama.cpp (0.3 s load) under dir, its head on port, with extra
+// head arguments.
+func fakeTier(dir string, port int, headArgs ...string) string {
+	argv := append([]string{dir + "/fake-llama", "server", "--host", "{addr}", "--port", "{port}",
+		"-m", "/models/fast.gguf", "--metrics", "--fake-load-time", "300ms"}, headArgs...)
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		quoted[i] = strconv.Quote(a)
+	}
+	return fmt.Sprintf(`
+tier = "fast"
+kind = "single"
+endpoint_dir = "%[1]s/endpoints"
+log_dir = "%[1]s/logs"
+node_address = "slurm"
+
+[head]
+command = [%[2]s]
+port = %[3]d
+
+[timeouts]
+load = "60s"
+health_interval = "500ms"
+stop_grace = "3s"
+heartbeat = "1s"
+lease = "10s"
+`, dir, strings.Join(quoted, ", "), port)
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,7 @@ func newReplicaWorld(t testing.TB, maxReplicas, slots int) *replicaWorld {
 	slurmtest.Need(t, "netns")
 	e, id := newE2EController(t, "replicas")
 	w := &replicaWorld{e2eController: e, jobName: "llm-rep-" + id}
-	w.write("tier.toml", fmt.Sprintf(replicaTier, w.dir, w.dir, w.dir, slots, freePort(t)))
+	w.write("tier.toml", fakeTier(w.dir, freePort(t), "--parallel", strconv.Itoa(slots), "--fake-tokens", "20", "--fake-token-rate", "20"))
 	w.write("job.sh", fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml\n", w.dir, w.dir))
 	w.write("keeper.toml", fmt.Sprintf(`state_dir = "%[1]s/keeper"
 endpoint_dir = "%[1]s/endpoints"
@@ -91,27 +92,6 @@ reload = ["true"]
 	t.Cleanup(w.close)
 	return w
 }
-
-const replicaTier = `
-tier = "fast"
-kind = "single"
-endpoint_dir = "%s/endpoints"
-log_dir = "%s/logs"
-node_address = "slurm"
-
-[head]
-command = ["%s/fake-llama", "server", "--host", "{addr}", "--port", "{port}", "--parallel", "%d",
-           "-m", "/models/fast.gguf", "--metrics", "--fake-load-time", "300ms",
-           "--fake-tokens", "20", "--fake-token-rate", "20"]
-port = %d
-
-[timeouts]
-load = "60s"
-health_interval = "500ms"
-stop_grace = "3s"
-heartbeat = "1s"
-lease = "10s"
-`
 
 func (w *replicaWorld) setServers(s []string) {
 	w.mu.Lock()
