@@ -119,7 +119,7 @@ func checkText(e Endpoint) []error {
 	// Model names are shown by status, never rendered into nginx config, so
 	// any printable text is fine: llama-server aliases may hold spaces.
 	for i, m := range e.Models {
-		if m == "" || len(m) > maxModelLen || strings.IndexFunc(m, notPrintable) >= 0 {
+		if !PrintableName(m) {
 			add("models", fmt.Sprintf("entry %d: want 1-%d bytes of printable characters", i, maxModelLen))
 			break
 		}
@@ -184,6 +184,13 @@ func checkV2(e Endpoint) []error {
 		add("in_flight", fmt.Sprintf("out of range [0, %d]", maxInFlight))
 	}
 	return errs
+}
+
+// PrintableName reports whether a model name is acceptable: 1–256 bytes of
+// printable characters (llama-server aliases may hold spaces). The same
+// rule serves model names in endpoint files and in the controller's config.
+func PrintableName(m string) bool {
+	return m != "" && len(m) <= maxModelLen && strings.IndexFunc(m, notPrintable) < 0
 }
 
 // notPrintable reports a rune that could carry control sequences to a terminal or log.

@@ -4,6 +4,7 @@
 //
 //	llm-upstreams sync   [--config FILE]           one pass (systemd timer)
 //	llm-upstreams watch  [--config FILE]           passes on file events and every sweep
+//	llm-upstreams front  [--config FILE]           the front door: one URL, routed by model in memory
 //	llm-upstreams status [--config FILE] [--json]  what would be routed, and why
 //	llm-upstreams report [--since 7d] [--json]     availability per tier, from watch's record
 //	llm-upstreams keep …, llm-upstreams tier …     the keeper (keep.go)
@@ -59,7 +60,7 @@ type options struct {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|status [--config FILE] [--json] [--log-level LEVEL] [--log-format text|json]\n"+
+	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|front|status [--config FILE] [--json] [--log-level LEVEL] [--log-format text|json]\n"+
 		"       llm-upstreams status [--keeper-config FILE]  (text: also the keeper's tiers; default upstreams.toml's keeper_config)\n"+
 		"       llm-upstreams report [--since 7d|36h|RFC3339] [--json] [--config FILE]  (availability per tier, from state_dir's record)\n"+
 		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
@@ -142,6 +143,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runSync(cfg, log)
 	case "watch":
 		return runWatch(cfg, o.config, log)
+	case "front":
+		return runFront(cfg, o.config, log)
 	case "status":
 		return runStatus(cfg, o, log, stdout)
 	case "report":
@@ -153,13 +156,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // newUpdater wires the real scheduler, resolver and nginx runner.
 func newUpdater(cfg upstreams.Config, log hclog.Logger) *upstreams.Updater {
+	return upstreams.New(cfg, updaterOptions(cfg, log))
+}
+
+// updaterOptions are the real scheduler and queue (when the config asks
+// Slurm) for an updater.
+func updaterOptions(cfg upstreams.Config, log hclog.Logger) upstreams.Options {
 	var sched upstreams.Scheduler
 	var queue upstreams.Queue
 	if cfg.Scheduler.Check {
 		c := &slurm.Client{Timeout: cfg.Scheduler.Timeout}
 		sched, queue = slurmJobs{c: c}, c
 	}
-	return upstreams.New(cfg, upstreams.Options{Log: log, Scheduler: sched, Queue: queue, Generator: "llm-upstreams " + version})
+	return upstreams.Options{Log: log, Scheduler: sched, Queue: queue, Generator: "llm-upstreams " + version}
 }
 
 // runSync runs one pass.

@@ -178,9 +178,9 @@ func TestHelpExitsZeroOnStdout(t *testing.T) {
 		args []string
 		want string // in stdout
 	}{
-		{name: "program", args: []string{"--help"}, want: "usage: llm-upstreams sync|watch|status"},
-		{name: "program, -h", args: []string{"-h"}, want: "usage: llm-upstreams sync|watch|status"},
-		{name: "program, help", args: []string{"help"}, want: "usage: llm-upstreams sync|watch|status"},
+		{name: "program", args: []string{"--help"}, want: "usage: llm-upstreams sync|watch|front|status"},
+		{name: "program, -h", args: []string{"-h"}, want: "usage: llm-upstreams sync|watch|front|status"},
+		{name: "program, help", args: []string{"help"}, want: "usage: llm-upstreams sync|watch|front|status"},
 		{name: "sync", args: []string{"sync", "--help"}, want: "-config"},
 		{name: "watch", args: []string{"watch", "-h"}, want: "-config"},
 		{name: "status", args: []string{"status", "--help"}, want: "-json"},

@@ -85,6 +85,8 @@ type Config struct {
 	Record RecordConfig
 	// Stale says whether and when endpoint files of jobs gone are removed.
 	Stale StaleConfig
+	// Front is the front door's settings (llm-upstreams front).
+	Front FrontConfig
 
 	// AllowedUIDs is AllowedOwners resolved by Load.
 	AllowedUIDs []uint32
@@ -179,6 +181,7 @@ var defaultConfig = Config{
 	Outage:       OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
 	Record:       RecordConfig{MaxSize: 8 << 20},
 	Stale:        StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute},
+	Front:        defaultFront,
 }
 
 // DefaultKeeperConfig is where the keeper's config is installed.
@@ -207,6 +210,7 @@ func parse(path string, b []byte, lookup func(string) (*user.User, error)) (Conf
 	cfg.Nginx.Test = slices.Clone(defaultConfig.Nginx.Test)
 	cfg.Nginx.Reload = slices.Clone(defaultConfig.Nginx.Reload)
 	cfg.Tiers = map[string]TierConfig{}
+	cfg.Front.Tiers = map[string]FrontTier{}
 	cfg.Path = path
 	check := func(d *tomlconf.Decoder) { cfg.check(d, lookup) }
 	if err := tomlconf.Decode(path, b, cfg.decode, check); err != nil {
@@ -272,6 +276,7 @@ func (c *Config) decode(d *tomlconf.Decoder) {
 			"grace":    d.Duration(&c.Stale.Grace),
 			"interval": d.Duration(&c.Stale.Interval),
 		}),
+		"front": c.decodeFront(d),
 	})
 }
 
@@ -323,6 +328,7 @@ func (c *Config) check(d *tomlconf.Decoder, lookup func(string) (*user.User, err
 		d.Invalid(toml.Key{"max_file_size"}, "want a positive size")
 	}
 	c.checkTiers(d)
+	c.checkFront(d)
 	c.checkAllowLists(d)
 	c.resolveOwners(d, lookup)
 	c.parseNetworks(d)

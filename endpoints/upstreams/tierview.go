@@ -76,6 +76,10 @@ type TierView struct {
 	ExpectedBack *time.Time `json:"expected_back"`
 	// RetryAfter is the seconds nginx's 503 tells clients to wait.
 	RetryAfter int `json:"retry_after"`
+	// Overdue is set when the tier's job should have started or been
+	// routed already (its preemptor is past its time limit, its estimate
+	// has passed) and no new estimate is known: back any moment.
+	Overdue bool `json:"overdue,omitempty"`
 	// StartToReady is the tier's median time from job start to routed over
 	// its last ReadySamples starts; 0 before the first.
 	StartToReady time.Duration `json:"start_to_ready_ns"`
@@ -173,6 +177,7 @@ func computeView(in viewInput) TierView {
 	v.RetryAfter = retryAfter(v.ExpectedBack, in.Now, in.Cfg)
 	if overdue && v.ExpectedBack == nil {
 		// Expected any moment, but when exactly is unknown: come back soon.
+		v.Overdue = true
 		v.RetryAfter = int(min(retryBuckets[0], in.Cfg.RetryAfterMax) / time.Second)
 	}
 	return v
@@ -440,11 +445,12 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// unavailableBody is the JSON document nginx sends with a tier's 503: an
+// UnavailableBody is the JSON document a tier's 503 carries (nginx reads it
+// from a file, the front door sends it itself): an
 // OpenAI-shaped error and the view's reason and expected return (RFC 3339
 // UTC or null). It holds no relative time, so it changes only when the
 // facts do; Retry-After comes from the rendered upstream file.
-func unavailableBody(v TierView) []byte {
+func UnavailableBody(v TierView) []byte {
 	reason := v.Reason
 	if v.State != StateDown {
 		reason = ReasonNoAnswer

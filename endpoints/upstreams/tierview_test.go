@@ -74,7 +74,7 @@ func TestComputeView(t *testing.T) {
 			want: TierView{State: StateDown, Reason: ReasonReplanning, ExpectedBack: tp(t0.Add(20 * time.Second)), RetryAfter: 10}},
 		{name: "starting for longer than the median: overdue, unknown, come back soon", in: viewInput{Asked: true, Mem: ranOnNode1,
 			Decisions: []endpoints.Decision{fileIn(endpoints.StateStarting, "", t0.Add(-time.Minute))}},
-			want: TierView{State: StateDown, Reason: ReasonStarting, RetryAfter: 10}},
+			want: TierView{State: StateDown, Reason: ReasonStarting, RetryAfter: 10, Overdue: true}},
 		// Regression: past its time limit the preemptor still ran (Slurm's
 		// periodic check), Slurm's estimate for the tier moved with the
 		// clock, and the 503 flipped between an estimate and none every
@@ -84,7 +84,7 @@ func TestComputeView(t *testing.T) {
 				Jobs:    []slurm.QueuedJob{tierJobAt(slurm.JobPending, "Resources", func(j *slurm.QueuedJob) { j.Start = t0.Add(time.Second) })},
 				Running: []slurm.QueuedJob{vasp("9", t0.Add(-45*time.Second), t0.Add(-5*time.Second))}},
 			want: TierView{State: StateDown, Reason: ReasonPreempted, Job: "7", JobState: "PENDING", JobReason: "Resources",
-				Preemptor: &Preemptor{Job: "9", Name: "vasp", Partition: "gpu_vasp", End: tp(t0.Add(-5 * time.Second))}, RetryAfter: 10}},
+				Preemptor: &Preemptor{Job: "9", Name: "vasp", Partition: "gpu_vasp", End: tp(t0.Add(-5 * time.Second))}, RetryAfter: 10, Overdue: true}},
 		{name: "starting, never measured: unknown", in: viewInput{Asked: true,
 			Decisions: []endpoints.Decision{fileIn(endpoints.StateStarting, "", t0.Add(-5*time.Second))}},
 			want: TierView{State: StateDown, Reason: ReasonStarting, RetryAfter: 30}},
@@ -192,7 +192,7 @@ func TestUnavailableBody(t *testing.T) {
 		Reason       string  `json:"reason"`
 		ExpectedBack *string `json:"expected_back"`
 	}
-	b := unavailableBody(TierView{Tier: "fast", State: StateDown, Reason: ReasonPreempted, ExpectedBack: tp(t0.Add(90 * time.Second)), RetryAfter: 60})
+	b := UnavailableBody(TierView{Tier: "fast", State: StateDown, Reason: ReasonPreempted, ExpectedBack: tp(t0.Add(90 * time.Second)), RetryAfter: 60})
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}
@@ -200,7 +200,7 @@ func TestUnavailableBody(t *testing.T) {
 		doc.Error.Code != 503 || doc.Error.Type != "service_unavailable" || doc.Tier != "fast" {
 		t.Errorf("body %s", b)
 	}
-	b = unavailableBody(TierView{Tier: "fast", State: StateDown, Reason: ReasonUnknown})
+	b = UnavailableBody(TierView{Tier: "fast", State: StateDown, Reason: ReasonUnknown})
 	if err := json.Unmarshal(b, &doc); err != nil || doc.ExpectedBack != nil {
 		t.Errorf("unknown: expected_back must be null: %s (%v)", b, err)
 	}

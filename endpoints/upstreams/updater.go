@@ -38,6 +38,13 @@ type Options struct {
 	Now       func() time.Time
 	Metrics   *Metrics
 	Generator string
+	// Routes, when set, makes the updater a front door's: each pass's
+	// report (with Report.Live) goes to Routes instead of nginx. Such
+	// passes take no lock and write nothing: no upstream files, no 503
+	// bodies, no fence file, no availability record, no stale removal;
+	// the tier memory is read from state_dir (the watcher's) and kept in
+	// memory only. The report is the caller's to keep.
+	Routes func(Report)
 }
 
 // Updater runs passes. It is owned by one goroutine (sync runs one pass;
@@ -99,6 +106,10 @@ type Report struct {
 	// while it does not answer.
 	SchedulerRetry string       `json:"scheduler_retry,omitempty"`
 	Tiers          []TierReport `json:"tiers"`
+	// Live is, per tier, the servers routed to its own endpoints (not
+	// its backup's), from the decisions marked live; the front door
+	// routes from it.
+	Live map[string][]endpoints.Server `json:"-"`
 	// Views say, per tier, whether it is routed, why not, its job and the
 	// job that preempted it, and when it is expected back.
 	Views []TierView `json:"views"`
@@ -163,10 +174,19 @@ func replaceTimeout(r Runner, d time.Duration) Runner {
 func (u *Updater) Pass(ctx context.Context) (Report, error) {
 	start := u.opts.Now()
 	u.askIfDue(ctx)
-	rep, err := u.lockedPass(ctx)
+	rep, err := u.pass(ctx)
 	rep.Duration = u.opts.Now().Sub(start)
 	u.record(rep, err)
 	return rep, err
+}
+
+// pass runs one pass with the scheduler's state in hand: a front door's
+// in memory, else under the lock with nginx.
+func (u *Updater) pass(ctx context.Context) (Report, error) {
+	if u.front() {
+		return u.frontPass(ctx)
+	}
+	return u.lockedPass(ctx)
 }
 
 // record logs and counts a pass's outcome.
@@ -175,7 +195,7 @@ func (u *Updater) record(rep Report, err error) {
 		u.opts.Log.Error("pass failed", "error", err)
 	}
 	u.opts.Metrics.Record(rep, err)
-	if path := u.cfg.Metrics.Textfile; path != "" {
+	if path := u.cfg.Metrics.Textfile; path != "" && !u.front() { // the watcher's textfile
 		if werr := u.opts.Metrics.WriteTextfile(path); werr != nil {
 			u.opts.Log.Warn("metrics textfile", "error", werr)
 		}
@@ -211,6 +231,24 @@ func (u *Updater) lockedPass(ctx context.Context) (Report, error) {
 	}
 	return rep, err
 }
+
+// frontPass is a front door's pass: evaluate, keep the fences in memory
+// and hand the report to Options.Routes; nothing is locked or written.
+func (u *Updater) frontPass(ctx context.Context) (Report, error) {
+	rep, _, err := u.evaluate(ctx)
+	if err != nil {
+		return rep, err
+	}
+	u.fences = pruneFences(endpoints.LatestRestarts(rep.Scan.Entries, u.fences), rep.Scan.Entries)
+	for i := range rep.Tiers {
+		rep.Tiers[i].InSync = true // in memory: what is routed is what was decided
+	}
+	u.opts.Routes(rep)
+	return rep, nil
+}
+
+// front reports whether the updater serves a front door (Options.Routes).
+func (u *Updater) front() bool { return u.opts.Routes != nil }
 
 // Evaluate asks the scheduler when due, then reads the endpoint dir,
 // decides what is live, resolves hosts and renders the files, without
@@ -251,6 +289,7 @@ func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 	ups := endpoints.Render(specs, live, endpoints.RenderMeta{
 		Generator: u.opts.Generator, Source: u.cfg.EndpointDir})
 	rep.Tiers = u.tierReports(ups, live)
+	rep.Live = live
 	return rep, ups, nil
 }
 

@@ -137,7 +137,7 @@ func liveOnly(ds []endpoints.Decision) []endpoints.Decision {
 func (u *Updater) writeBodies(views []TierView) {
 	for _, v := range views {
 		path := filepath.Join(u.cfg.OutputDir, endpoints.UnavailableFile(v.Tier))
-		if err := fsutil.WriteFile(path, unavailableBody(v), 0o644); err != nil {
+		if err := fsutil.WriteFile(path, UnavailableBody(v), 0o644); err != nil {
 			u.opts.Log.Warn("cannot write the 503 body", "path", path, "error", err)
 		}
 	}
@@ -236,7 +236,7 @@ func (u *Updater) commitPass(rep Report, err error) {
 	}
 	u.mem, u.next = mem, nil
 	u.opts.Metrics.RecordViews(rep.Views, ended, preempted, rep.Time)
-	if u.cfg.StateDir != "" {
+	if u.cfg.StateDir != "" && !u.front() { // the watcher's file: a front door only reads it
 		if err := saveMem(u.cfg.StateDir, u.mem); err != nil {
 			u.opts.Log.Warn("cannot save the tier memory", "dir", u.cfg.StateDir, "error", err)
 		}
@@ -264,7 +264,7 @@ func stampOrNone(t *time.Time) string {
 // openRecord opens the availability record when a state dir is set and
 // marks watch's start in it.
 func (u *Updater) openRecord() {
-	if u.cfg.StateDir == "" {
+	if u.cfg.StateDir == "" || u.front() { // the watcher keeps the record
 		return
 	}
 	r, err := OpenRecord(u.cfg.StateDir, u.cfg.Record.MaxSize)

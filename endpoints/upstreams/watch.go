@@ -267,7 +267,7 @@ func (s *watchState) handleReload(ctx context.Context, opts WatchOptions, sweep 
 // observer.
 func (s *watchState) runPass(ctx context.Context, opts WatchOptions) {
 	start := s.u.opts.Now()
-	rep, err := s.u.lockedPass(ctx)
+	rep, err := s.u.pass(ctx)
 	rep.Duration = s.u.opts.Now().Sub(start)
 	s.u.record(rep, err)
 	s.u.commitPass(rep, err)
@@ -318,7 +318,7 @@ func (s *watchState) askTiersIfDue(ctx context.Context) {
 // the scheduler is asked at all); otherwise its channel is nil.
 func (s *watchState) staleTicker() (<-chan time.Time, func()) {
 	c := s.u.cfg
-	if !c.Stale.Remove || !c.Scheduler.Check || s.u.opts.Scheduler == nil {
+	if !c.Stale.Remove || !c.Scheduler.Check || s.u.opts.Scheduler == nil || s.u.front() {
 		return nil, func() {}
 	}
 	t := time.NewTicker(c.Stale.Interval)

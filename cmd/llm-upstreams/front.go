@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"slurm-llm/endpoints/front"
+	"slurm-llm/endpoints/upstreams"
+)
+
+// frontShutdownGrace is how long a stopping front door lets the answers
+// under way finish before it closes their connections.
+const frontShutdownGrace = 30 * time.Second
+
+// runFront runs the front door until SIGTERM or SIGINT; SIGHUP re-reads
+// the config (listeners need a restart). It serves nothing before the
+// first pass has routed: clients wait in the listen backlog meanwhile
+// instead of getting a 404 for a model not seen yet.
+func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
+	if cfg.Front.Listen == "" {
+		log.Error("config: [front] listen is not set; the front door has nowhere to listen", "config", path)
+		return exitUsage
+	}
+	access, closeAccess, err := openAccessLog(cfg.Front.AccessLog)
+	if err != nil {
+		log.Error("access log", "error", err)
+		return exitUsage
+	}
+	defer closeAccess()
+	ln, err := net.Listen("tcp", cfg.Front.Listen)
+	if err != nil {
+		log.Error("front door", "error", err)
+		return exitFailed
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	hup := make(chan struct{}, 1)
+	go forwardSignals(ctx, sigs, cancel, hup, log)
+
+	fd := front.New(cfg.Front, front.Options{Log: log.Named("front"), AccessLog: access})
+	first := make(chan struct{})
+	routes := func(rep upstreams.Report) {
+		fd.Update(rep)
+		select {
+		case <-first:
+		default:
+			close(first)
+		}
+	}
+	u := newFrontUpdater(cfg, log, routes)
+	hints, err := listenFrontHints(cfg.Front.HintListen, log)
+	if err != nil {
+		return exitFailed
+	}
+	if hints != nil {
+		defer hints.Close()
+	}
+	errs := make(chan error, 3)
+	go fd.Run(ctx)
+	go func() {
+		notify, every := systemdNotifier(log)
+		errs <- u.Watch(ctx, upstreams.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
+			LoadConfig: func() (upstreams.Config, error) {
+				c, err := upstreams.Load(path)
+				if err == nil {
+					fd.SetConfig(c.Front)
+				}
+				return c, err
+			}})
+	}()
+	srv := frontServer(cfg.Front, fd)
+	go func() {
+		select {
+		case <-first:
+		case <-ctx.Done():
+		}
+		log.Info("front door serving", "addr", ln.Addr().String())
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("front door: %w", err)
+		}
+	}()
+	if cfg.Front.MetricsListen != "" {
+		go func() { errs <- serveFrontOps(ctx, cfg.Front.MetricsListen, fd) }()
+	}
+	err = <-errs
+	cancel()
+	sctx, stop := context.WithTimeout(context.Background(), frontShutdownGrace)
+	defer stop()
+	_ = srv.Shutdown(sctx)
+	if err != nil {
+		log.Error("front door", "error", err)
+		return exitFailed
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// newFrontUpdater is newUpdater for the front door: the same checks, its
+// passes routed in memory.
+func newFrontUpdater(cfg upstreams.Config, log hclog.Logger, routes func(upstreams.Report)) *upstreams.Updater {
+	opts := updaterOptions(cfg, log)
+	opts.Routes = routes
+	return upstreams.New(cfg, opts)
+}
+
+// listenFrontHints opens the front door's own hint listener, if set.
+func listenFrontHints(addr string, log hclog.Logger) (*upstreams.Hints, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	h, err := upstreams.ListenHints(addr)
+	if err != nil {
+		log.Error("hints", "error", err)
+		return nil, err
+	}
+	log.Info("listening for hints", "addr", h.Addr().String())
+	return h, nil
+}
+
+// frontServer is the client-facing HTTP server: bounded headers, header
+// and idle timeouts (the body's and each write's are the handler's: a
+// stream as a whole has no deadline).
+func frontServer(cfg upstreams.FrontConfig, h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout,
+		MaxHeaderBytes: int(cfg.MaxHeaderBytes)}
+}
+
+// serveFrontOps serves /metrics and /status for operators until ctx ends.
+func serveFrontOps(ctx context.Context, addr string, fd *front.Server) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(fd.Metrics().Gatherer(), promhttp.HandlerOpts{}))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(fd.StatusJSON())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics serve: %w", err)
+	}
+	return nil
+}
+
+// openAccessLog opens where access lines go: "-" standard error, "" none,
+// else a file opened for appending.
+func openAccessLog(where string) (io.Writer, func(), error) {
+	switch where {
+	case "":
+		return nil, func() {}, nil
+	case "-":
+		return os.Stderr, func() {}, nil
+	}
+	f, err := os.OpenFile(where, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open access log: %w", err)
+	}
+	return f, func() { f.Close() }, nil
+}

@@ -1,0 +1,24 @@
+// Package front is the front door: one OpenAI-compatible URL for every
+// tier, routed by the request's "model" in memory. It reads the endpoint
+// files through the same updater as `llm-upstreams watch` (same checks:
+// owners, networks, the job's owner and name in Slurm, leases, fencing,
+// hints), so it routes only to heads that nginx would route to; but where
+// nginx needs a reload for every routing change (which closes kept-alive
+// client connections) and answers 503 at once during a gap, the front door
+// swaps its table in memory and holds a request while the tier's view says
+// it will be back in time.
+//
+// A request goes through, top to bottom (Server.ServeHTTP): its body is
+// read (bounded), its model names a tier (aliases, the heads' /v1/models,
+// the tiers' configured models); a head of that tier serving the model is
+// picked (fewest in flight); with none, the hold rule (Verdict, pure)
+// says hold or answer now; a held request waits in its tier's queue and is
+// dispatched in arrival order when the table routes a head; a head that
+// refuses, resets or answers llama-server's own 503 before any byte
+// reached the client is skipped and the request goes to another head or
+// back to the queue. Nothing is retried once the client got a byte.
+//
+// The package owns no files and starts no processes: cmd/llm-upstreams
+// wires it to the updater (upstreams.Options.Routes), the listeners and
+// systemd.
+package front

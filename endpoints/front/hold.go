@@ -1,0 +1,251 @@
+package front
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"slurm-llm/endpoints/upstreams"
+)
+
+// queue is one tier's held requests, in arrival order. The dispatcher
+// (dispatch) hands heads to them in that order whenever the table may
+// have changed; a waiter whose head it cannot find stays, unless the hold
+// rule now says it will not be served in time.
+type queue struct {
+	tier    string
+	mu      sync.Mutex
+	waiters []*waiter
+	bytes   int64
+	// written is closed once the request last granted a head was written
+	// to it (or gave up): the next granted one waits for it, so that held
+	// requests reach their heads in arrival order, not in the order their
+	// goroutines happen to run.
+	written chan struct{}
+}
+
+// waiter is one held request.
+type waiter struct {
+	model    string
+	deadline time.Time
+	size     int64
+	ch       chan grant // buffered: the dispatcher never blocks
+}
+
+// grant is the dispatcher's answer to a waiter: a head (acquired: its
+// in-flight count already holds the request), or why none.
+type grant struct {
+	head    *head
+	refusal *refusal
+	// after is closed when the request granted before this one was
+	// written; written is this one's, to close once it is.
+	after, written chan struct{}
+}
+
+// refusal is why a request gets the front door's own 503.
+type refusal struct {
+	view upstreams.TierView
+	// why is for the log; busy is set when the tier's queue was full.
+	why  string
+	busy bool
+}
+
+// queueOf returns tier's queue, made on first use.
+func (s *Server) queueOf(tier string) *queue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[tier]
+	if q == nil {
+		q = &queue{tier: tier, written: closedChan()}
+		s.queues[tier] = q
+	}
+	return q
+}
+
+// acquire finds a head of c's tier serving c's model, holding the request
+// until one is routed, its deadline, or the client leaves (ctx). It
+// returns the head (acquired) or a refusal; both nil means the client
+// left.
+func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
+	q := s.queueOf(c.tier)
+	q.mu.Lock()
+	if len(q.waiters) == 0 {
+		if h := s.pick(s.tab.Load(), c.tier, c.model); h != nil {
+			q.mu.Unlock()
+			return h, nil
+		}
+	}
+	v := s.verdict(c.tier, c.deadline)
+	if !v.Hold {
+		q.mu.Unlock()
+		return nil, &refusal{view: s.view(c.tier), why: v.Why}
+	}
+	ft := s.tierCfg(c.tier)
+	if len(q.waiters) >= ft.MaxHeld || q.bytes+c.size > ft.MaxHeldBytes {
+		n := len(q.waiters)
+		q.mu.Unlock()
+		return nil, &refusal{view: s.view(c.tier), busy: true,
+			why: fmt.Sprintf("no hold: %d requests already wait for tier %s (max_held %d, max_held_bytes %d)", n, c.tier, ft.MaxHeld, ft.MaxHeldBytes)}
+	}
+	w := &waiter{model: c.model, deadline: c.deadline, size: c.size, ch: make(chan grant, 1)}
+	q.waiters = append(q.waiters, w)
+	q.bytes += w.size
+	s.metrics.heldNow.WithLabelValues(c.tier).Inc()
+	s.dispatchLocked(q) // earlier waiters may be for models no head serves
+	q.mu.Unlock()
+	return s.wait(ctx, q, w, c)
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// wait blocks until w is granted, its deadline passes or ctx ends; a
+// granted head is handed on once the request granted before it was
+// written (arrival order), and the call closes its own mark when written.
+func (s *Server) wait(ctx context.Context, q *queue, w *waiter, c *call) (*head, *refusal) {
+	h, ref, g := s.await(ctx, q, w, c)
+	if h == nil {
+		if g.written != nil {
+			close(g.written)
+		}
+		return nil, ref
+	}
+	select {
+	case <-g.after:
+	case <-ctx.Done():
+		close(g.written)
+		s.release(h)
+		return nil, nil
+	}
+	var once sync.Once
+	c.onWritten = func() { once.Do(func() { close(g.written) }) }
+	return h, nil
+}
+
+// await is wait's first half: the grant, or why none.
+func (s *Server) await(ctx context.Context, q *queue, w *waiter, c *call) (*head, *refusal, grant) {
+	start := s.now()
+	timer := time.NewTimer(w.deadline.Sub(start))
+	defer timer.Stop()
+	var g grant
+	select {
+	case g = <-w.ch:
+	case <-timer.C:
+		if s.leave(q, w) {
+			g = grant{refusal: &refusal{view: s.view(c.tier), why: "held until the request's hold ended"}}
+		} else {
+			g = <-w.ch // granted meanwhile
+		}
+	case <-ctx.Done():
+		if !s.leave(q, w) {
+			if g = <-w.ch; g.head != nil {
+				s.release(g.head)
+			}
+		}
+		g = grant{written: g.written}
+	}
+	c.held += s.now().Sub(start)
+	return g.head, g.refusal, g
+}
+
+// leave takes w out of q; false when the dispatcher already answered it.
+func (s *Server) leave(q *queue, w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			q.bytes -= w.size
+			s.metrics.heldNow.WithLabelValues(q.tier).Dec()
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch answers q's waiters that can be answered now.
+func (s *Server) dispatch(q *queue) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s.dispatchLocked(q)
+}
+
+// dispatchLocked walks q's waiters in arrival order: each gets a head
+// serving its model if the table has one, or its 503 if the hold rule now
+// says no; the others keep their place.
+func (s *Server) dispatchLocked(q *queue) {
+	if len(q.waiters) == 0 {
+		return
+	}
+	t := s.tab.Load()
+	keep := q.waiters[:0]
+	for _, w := range q.waiters {
+		var g grant
+		if h := s.pick(t, q.tier, w.model); h != nil {
+			g = grant{head: h, after: q.written, written: make(chan struct{})}
+			q.written = g.written
+		} else if v := s.verdict(q.tier, w.deadline); !v.Hold {
+			g.refusal = &refusal{view: s.view(q.tier), why: v.Why}
+		} else {
+			keep = append(keep, w)
+			continue
+		}
+		q.bytes -= w.size
+		s.metrics.heldNow.WithLabelValues(q.tier).Dec()
+		w.ch <- g
+	}
+	clear(q.waiters[len(keep):])
+	q.waiters = keep
+}
+
+// verdict applies the hold rule to tier for a request with deadline.
+func (s *Server) verdict(tier string, deadline time.Time) Verdict {
+	now := s.now()
+	in := HoldInput{View: s.view(tier), Now: now, Deadline: deadline, HoldUnknown: s.cfg.Load().HoldUnknown}
+	if !s.tab.Load().routed(tier) {
+		s.mu.Lock()
+		since, ok := s.downSince[tier]
+		s.mu.Unlock()
+		if ok {
+			in.DownFor = now.Sub(since)
+		}
+	}
+	return Decide(in)
+}
+
+// pick acquires the head of tier serving model with the fewest requests in
+// flight (nginx's least_conn), skipping heads that failed within
+// fail_timeout, and heads whose router says the model failed while another
+// does not. Ties go round the heads. nil when none serves the model.
+func (s *Server) pick(t *table, tier, model string) *head {
+	hs := t.heads[tier]
+	if len(hs) == 0 {
+		return nil
+	}
+	now := s.now()
+	start := int(s.rr.Add(1) % uint64(len(hs)))
+	var best *head
+	bestFailed := false
+	for i := range hs {
+		h := hs[(start+i)%len(hs)]
+		if !h.serves(model) || h.failing(now) {
+			continue
+		}
+		failed := h.failedModel(model)
+		if best == nil || (bestFailed && !failed) ||
+			(failed == bestFailed && h.inFlight.Load() < best.inFlight.Load()) {
+			best, bestFailed = h, failed
+		}
+	}
+	if best != nil {
+		best.inFlight.Add(1)
+	}
+	return best
+}
+
+// release ends a request's use of h.
+func (s *Server) release(h *head) { h.inFlight.Add(-1) }

@@ -1,0 +1,89 @@
+package front
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of a request, the outcome label of llm_front_requests_total.
+const (
+	// OutcomeAnswered: a head's answer reached the client whole (any
+	// status the head gave).
+	OutcomeAnswered = "answered"
+	// OutcomeUnavailable: the front door answered 503 (nothing serves the
+	// model in time: at once, or at the end of a hold).
+	OutcomeUnavailable = "unavailable"
+	// OutcomeBackup: another model (backup_model) answered.
+	OutcomeBackup = "backup"
+	// OutcomeRejected: the front door refused the request (4xx: unknown
+	// model, bad JSON, too large).
+	OutcomeRejected = "rejected"
+	// OutcomeCut: the answer started but did not end (the head stopped
+	// or its link broke mid-stream).
+	OutcomeCut = "cut"
+	// OutcomeCancelled: the client went away first.
+	OutcomeCancelled = "cancelled"
+)
+
+// Metrics are the front door's figures for Prometheus. Label values come
+// from the config and the endpoint files' validated fields, never from a
+// client: a model no tier serves is counted under model="".
+type Metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	held     *prometheus.HistogramVec
+	heldNow  *prometheus.GaugeVec
+	retries  *prometheus.CounterVec
+	upErrors *prometheus.CounterVec
+	overhead prometheus.Histogram
+	inFlight *prometheus.Desc
+	// heads lists the routed heads at a scrape (set by the Server).
+	heads atomic.Pointer[func() []*head]
+}
+
+// NewMetrics registers the front door's metrics on a registry of its own
+// (Gatherer serves it).
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_requests_total",
+		Help: "Requests through the front door by tier, model and outcome (answered, unavailable, backup, rejected, cut, cancelled)."},
+		[]string{"tier", "model", "outcome"})
+	m.held = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_held_seconds",
+		Help:    "Time a request waited for its tier to have a head (requests that waited only).",
+		Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600}}, []string{"tier"})
+	m.heldNow = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llm_front_held",
+		Help: "Requests waiting for their tier now."}, []string{"tier"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_retries_total",
+		Help: "Requests sent again after their head failed before any byte reached the client, by tier and why."},
+		[]string{"tier", "reason"})
+	m.upErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_upstream_errors_total",
+		Help: "Failures of heads seen by the front door: refused, reset or loading before answering (before_answer), or broken mid-answer (mid_answer)."},
+		[]string{"tier", "when"})
+	m.overhead = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "llm_front_added_latency_seconds",
+		Help:    "Time the front door adds to a request, not counting holds: from its body read to its sending to a head.",
+		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25}})
+	m.inFlight = prometheus.NewDesc("llm_front_head_in_flight",
+		"Requests in flight through the front door per routed head (its address).", []string{"tier", "head"}, nil)
+	m.reg.MustRegister(m.requests, m.held, m.heldNow, m.retries, m.upErrors, m.overhead, headCollector{m})
+	return m
+}
+
+// headCollector reports each routed head's requests in flight at the
+// scrape: heads come and go with the tables, so the series do too.
+type headCollector struct{ m *Metrics }
+
+func (c headCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.inFlight }
+
+func (c headCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.m.heads.Load()
+	if f == nil {
+		return
+	}
+	for _, h := range (*f)() {
+		ch <- prometheus.MustNewConstMetric(c.m.inFlight, prometheus.GaugeValue, float64(h.inFlight.Load()), h.tier, h.addr)
+	}
+}
+
+// Gatherer is what /metrics serves.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }

@@ -1,0 +1,229 @@
+package front
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	"slurm-llm/endpoints/upstreams"
+)
+
+// maxAttempts bounds the heads one request is sent to: each failed before
+// any byte reached the client, and each is then skipped for fail_timeout,
+// so more would mean the heads fail as fast as they come.
+const maxAttempts = 8
+
+// errHeadUnavailable is a head's own 503 (llama-server answers it while
+// its model loads): nothing of it reaches the client; the request goes to
+// another head or waits.
+var errHeadUnavailable = errors.New("head answered 503")
+
+// serve sends the request to a head, again to another after a failure
+// before the first byte, holding it while its tier has none; or answers
+// 503 (or the backup model) when the hold rule says no.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, c *call) {
+	ctx := r.Context()
+	for c.attempts < maxAttempts {
+		h, ref := s.acquire(ctx, c)
+		if h == nil && ref == nil {
+			return // the client left while held
+		}
+		if h == nil {
+			if !s.backup(w, r, c) {
+				s.unavailable(w, c, ref)
+			}
+			return
+		}
+		if s.attempt(w, r, c, h) {
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		h.failedUntil.Store(s.now().Add(s.cfg.Load().FailTimeout).UnixNano())
+		reason := "error"
+		if errors.Is(c.failure, errHeadUnavailable) {
+			reason = "head_503"
+		}
+		s.metrics.retries.WithLabelValues(c.tier, reason).Inc()
+		s.log.Debug("head failed before answering; trying again", "tier", c.tier, "head", h.addr, "error", c.failure)
+	}
+	s.unavailable(w, c, &refusal{view: s.view(c.tier), why: fmt.Sprintf("%d heads failed before answering", c.attempts)})
+}
+
+// attempt sends the request to h once. It reports whether the request is
+// over: answered (whole or cut), or the client left; false means h failed
+// before any byte reached the client, and the request may go elsewhere.
+func (s *Server) attempt(w http.ResponseWriter, r *http.Request, c *call, h *head) bool {
+	c.attempts++
+	c.head, c.failure, c.sent = h, nil, false
+	defer s.release(h)
+	defer c.written()
+	cw := &clientWriter{ResponseWriter: w, c: c, rc: http.NewResponseController(w), timeout: s.cfg.Load().WriteTimeout, now: s.now}
+	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler { // the head broke mid-answer: the client's answer is cut
+				c.outcome = OutcomeCut
+				s.metrics.upErrors.WithLabelValues(c.tier, "mid_answer").Inc()
+			}
+			panic(p)
+		}
+	}()
+	s.rp.ServeHTTP(cw, out)
+	switch {
+	case c.sent:
+		c.outcome = OutcomeAnswered
+		return true
+	case r.Context().Err() != nil:
+		return true
+	case c.failure != nil:
+		s.metrics.upErrors.WithLabelValues(c.tier, "before_answer").Inc()
+		return false
+	}
+	return true
+}
+
+// callKey carries the call to the proxy's hooks.
+type callKey struct{}
+
+func callOf(ctx context.Context) *call { return ctx.Value(callKey{}).(*call) }
+
+// newProxy is the standard library's reverse proxy with the front door's
+// hooks: the head is the call's, a head's 503 and every transport error
+// are handed back to serve (nothing is written), answers are flushed as
+// they come (streams, chunk by chunk).
+func (s *Server) newProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			c := callOf(pr.In.Context())
+			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", c.head.addr, c.head.addr
+			pr.Out.Body = io.NopCloser(bytes.NewReader(c.body))
+			pr.Out.ContentLength = int64(len(c.body))
+			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
+			pr.Out.Header.Del(HoldHeader)
+			pr.SetXForwarded()
+			// llama-server may close a kept-alive connection after a
+			// stream; a stream's own connection is not reused.
+			pr.Out.Close = c.stream
+			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(),
+				&httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { c.written() }}))
+			c.dispatched = s.now()
+			if c.attempts == 1 {
+				s.metrics.overhead.Observe(c.dispatched.Sub(c.start).Seconds() - c.held.Seconds())
+			}
+		},
+		Transport:     s.opts.Transport,
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ModifyResponse: func(resp *http.Response) error {
+			c := callOf(resp.Request.Context())
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				return errHeadUnavailable
+			}
+			resp.Header.Set(TierHeader, c.head.tier)
+			return nil
+		},
+		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
+			callOf(r.Context()).failure = err
+		},
+	}
+}
+
+// clientWriter is the client's ResponseWriter as the proxy writes it: it
+// marks the call sent at the first header, counts bytes, and gives each
+// write write_timeout (a client that stops reading is cut; a stream as a
+// whole has no deadline).
+type clientWriter struct {
+	http.ResponseWriter
+	c       *call
+	rc      *http.ResponseController
+	timeout time.Duration
+	now     func() time.Time
+}
+
+func (cw *clientWriter) WriteHeader(status int) {
+	cw.c.sent, cw.c.status = true, status
+	cw.ResponseWriter.WriteHeader(status)
+}
+
+func (cw *clientWriter) Write(b []byte) (int, error) {
+	if !cw.c.sent {
+		cw.WriteHeader(http.StatusOK)
+	}
+	_ = cw.rc.SetWriteDeadline(cw.now().Add(cw.timeout))
+	n, err := cw.ResponseWriter.Write(b)
+	cw.c.bytesOut += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController (the proxy's flushes) reach the
+// connection's own writer.
+func (cw *clientWriter) Unwrap() http.ResponseWriter { return cw.ResponseWriter }
+
+// unavailable answers the front door's own 503: the tier's view (reason,
+// expected back) as nginx gives it, with Retry-After.
+func (s *Server) unavailable(w http.ResponseWriter, c *call, ref *refusal) {
+	v := ref.view
+	body := upstreams.UnavailableBody(v)
+	retry := v.RetryAfter
+	if ref.busy {
+		body = busyBody(v.Tier)
+		retry = 1
+	}
+	if retry <= 0 {
+		retry = 1
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", strconv.Itoa(retry))
+	w.Header().Set(TierHeader, "none")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	n, _ := w.Write(body)
+	c.status, c.bytesOut, c.outcome, c.why = http.StatusServiceUnavailable, int64(n), OutcomeUnavailable, ref.why
+}
+
+// busyBody is the 503 of a tier whose queue of held requests is full.
+func busyBody(tier string) []byte {
+	return []byte(fmt.Sprintf(`{"error":{"message":"tier %s is unavailable: too many requests are waiting for it; retry later","type":"service_unavailable","code":503},"tier":%q,"reason":"busy: too many requests waiting","expected_back":null}`+"\n", tier, tier))
+}
+
+// backup sends a request its tier cannot serve in time to the model its
+// tier names as backup (backup_model), if that model has a head now (no
+// hold for a backup). It reports whether it did.
+func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) bool {
+	bm := s.tierCfg(c.tier).BackupModel
+	if bm == "" {
+		return false
+	}
+	tier, name := s.resolve(bm)
+	if tier == "" || tier == c.tier {
+		return false
+	}
+	h := s.pick(s.tab.Load(), tier, name)
+	if h == nil {
+		return false
+	}
+	body, err := setModel(c.body, name)
+	if err != nil {
+		s.release(h)
+		return false
+	}
+	own := c.body
+	c.body = body
+	if s.attempt(w, r, c, h) {
+		if c.outcome == OutcomeAnswered {
+			c.outcome = OutcomeBackup
+		}
+		return true
+	}
+	c.body = own
+	return false
+}

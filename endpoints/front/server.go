@@ -1,0 +1,273 @@
+package front
+
+import (
+	"context"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/endpoints/upstreams"
+)
+
+// Options are what a Server needs besides its config. Nil fields get the
+// real thing: a null logger, time.Now, new Metrics, a transport to the
+// heads built from the config.
+type Options struct {
+	Log hclog.Logger
+	// AccessLog receives one line per request; nil means none.
+	AccessLog io.Writer
+	Now       func() time.Time
+	Metrics   *Metrics
+	// Transport carries requests to the heads (tests inject faults).
+	Transport http.RoundTripper
+}
+
+// Server is the front door: an http.Handler routing by model over the
+// tables the updater's passes give it (Update). Safe for concurrent use.
+type Server struct {
+	opts    Options
+	log     hclog.Logger
+	metrics *Metrics
+	cfg     atomic.Pointer[upstreams.FrontConfig]
+	tab     atomic.Pointer[table]
+	rp      *httputil.ReverseProxy
+	poller  poller
+	rr      atomic.Uint64
+	// polled is signalled after a table with new heads, so their models
+	// are read at once rather than at the next refresh.
+	polled chan struct{}
+
+	mu        sync.Mutex
+	heads     map[string]*head     // the last table's heads, by key
+	learned   map[string]string    // model → tier, from every file and head seen
+	downSince map[string]time.Time // tier → since when it has had no head
+	queues    map[string]*queue
+}
+
+// New returns a front door serving cfg. It routes nothing until the first
+// Update.
+func New(cfg upstreams.FrontConfig, opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = hclog.NewNullLogger()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics()
+	}
+	if opts.Transport == nil {
+		opts.Transport = headTransport(cfg.ConnectTimeout)
+	}
+	s := &Server{opts: opts, log: opts.Log, metrics: opts.Metrics, polled: make(chan struct{}, 1),
+		heads: map[string]*head{}, learned: map[string]string{}, downSince: map[string]time.Time{},
+		queues: map[string]*queue{}}
+	s.cfg.Store(&cfg)
+	heads := func() []*head { return s.tab.Load().allHeads() }
+	s.metrics.heads.Store(&heads)
+	s.tab.Store(&table{heads: map[string][]*head{}, views: map[string]upstreams.TierView{}})
+	s.rp = s.newProxy()
+	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second), now: opts.Now}
+	return s
+}
+
+// headTransport is the transport to the heads: a bounded connect, many
+// idle connections per head (a head serves many clients through one front
+// door), idle ones dropped before llama-server's keep-alive timeout (5 s
+// in cpp-httplib) would close them under a request.
+func headTransport(connect time.Duration) *http.Transport {
+	return &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     3 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+}
+
+func (s *Server) now() time.Time { return s.opts.Now() }
+
+// Metrics returns the front door's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// SetConfig replaces the front door's settings (SIGHUP); the listeners
+// stay as they are.
+func (s *Server) SetConfig(cfg upstreams.FrontConfig) {
+	s.cfg.Store(&cfg)
+	for _, q := range s.allQueues() {
+		s.dispatch(q)
+	}
+}
+
+// tierCfg is tier's settings (the defaults for a tier not configured).
+func (s *Server) tierCfg(tier string) upstreams.FrontTier {
+	if ft, ok := s.cfg.Load().Tiers[tier]; ok {
+		return ft
+	}
+	return upstreams.DefaultFrontTier
+}
+
+// view is tier's view in the current table; a tier the passes never saw
+// is down for an unknown reason.
+func (s *Server) view(tier string) upstreams.TierView {
+	if v, ok := s.tab.Load().views[tier]; ok {
+		return v
+	}
+	return upstreams.TierView{Tier: tier, State: upstreams.StateDown, Reason: upstreams.ReasonNoEndpoint,
+		RetryAfter: int(upstreams.DefaultFrontTier.Hold / time.Second)}
+}
+
+// Update takes one pass's report (the updater's Options.Routes): a new
+// table replaces the old at once, the model catalogue learns what the
+// files list, and every held request is looked at again.
+func (s *Server) Update(rep upstreams.Report) {
+	s.mu.Lock()
+	t, heads := buildTable(rep, s.heads)
+	fresh := false
+	for k := range heads {
+		if s.heads[k] == nil {
+			fresh = true
+		}
+	}
+	s.heads = heads
+	for tier, models := range t.fileModels {
+		for _, m := range models {
+			s.learnLocked(m, tier)
+		}
+	}
+	for _, v := range rep.Views {
+		_, down := s.downSince[v.Tier]
+		switch {
+		case t.routed(v.Tier):
+			delete(s.downSince, v.Tier)
+		case !down:
+			s.downSince[v.Tier] = rep.Time
+		}
+	}
+	s.mu.Unlock()
+	s.tab.Store(t)
+	if fresh {
+		select {
+		case s.polled <- struct{}{}:
+		default:
+		}
+	}
+	for _, q := range s.allQueues() {
+		s.dispatch(q)
+	}
+}
+
+// learnLocked remembers that tier serves model; the first tier seen for a
+// name keeps it (a clash is the operator's to fix: both are logged).
+func (s *Server) learnLocked(model, tier string) {
+	switch prev, ok := s.learned[model]; {
+	case !ok:
+		s.learned[model] = tier
+	case prev != tier:
+		s.log.Warn("two tiers list one model name; routing it to the first", "model", model, "tier", prev, "also", tier)
+		s.learned[model] = prev
+	}
+}
+
+func (s *Server) allQueues() []*queue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Values(s.queues))
+}
+
+// Run reads the routed heads' /v1/models every models_refresh (and at
+// once when a table brings new heads) until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	tick := time.NewTimer(0)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-s.polled:
+		}
+		heads := s.tab.Load().allHeads()
+		s.poller.pollAll(ctx, heads)
+		s.mu.Lock()
+		for _, h := range heads {
+			if hm := h.models.Load(); hm != nil {
+				for id := range hm.byID {
+					s.learnLocked(id, h.tier)
+				}
+			}
+		}
+		s.mu.Unlock()
+		if !tick.Stop() {
+			select {
+			case <-tick.C:
+			default:
+			}
+		}
+		tick.Reset(s.cfg.Load().ModelsRefresh)
+	}
+}
+
+// resolve names the tier and the model name to send for a client's model:
+// an alias is replaced by its model; the tier is the one whose routed head
+// serves it, else the one whose config lists it, else the one a file or
+// head named it under. "" when no tier serves it.
+func (s *Server) resolve(model string) (tier, name string) {
+	cfg := s.cfg.Load()
+	name = model
+	if to, ok := cfg.Aliases[model]; ok {
+		name = to
+	}
+	t := s.tab.Load()
+	for _, tr := range slices.Sorted(maps.Keys(t.heads)) {
+		for _, h := range t.heads[tr] {
+			if h.serves(name) {
+				return tr, name
+			}
+		}
+	}
+	for _, tr := range slices.Sorted(maps.Keys(cfg.Tiers)) {
+		if slices.Contains(cfg.Tiers[tr].Models, name) {
+			return tr, name
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.learned[name], name
+}
+
+// tierOf is resolve's tier for a name (no alias).
+func (s *Server) tierOf(name string) string {
+	tier, _ := s.resolve(name)
+	return tier
+}
+
+// knownModels lists the model names clients may ask for: what routed heads
+// serve, the tiers' configured models, the aliases; sorted.
+func (s *Server) knownModels() []string {
+	cfg := s.cfg.Load()
+	var out []string
+	for _, h := range s.tab.Load().allHeads() {
+		if d := h.declared.Load(); d != nil {
+			out = append(out, *d...)
+		}
+		if hm := h.models.Load(); hm != nil {
+			out = append(out, slices.Collect(maps.Keys(hm.byID))...)
+		}
+	}
+	for _, ft := range cfg.Tiers {
+		out = append(out, ft.Models...)
+	}
+	out = append(out, slices.Collect(maps.Keys(cfg.Aliases))...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,75 @@
+package front
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"slurm-llm/endpoints/upstreams"
+)
+
+// Status is what the front door routes now, for operators (GET /status on
+// the metrics listener, never the client port): per tier its view, its
+// heads and their requests in flight, and how many requests it holds.
+type Status struct {
+	Time  time.Time    `json:"time"`
+	Tiers []TierStatus `json:"tiers"`
+}
+
+// TierStatus is one tier in Status.
+type TierStatus struct {
+	Tier  string             `json:"tier"`
+	View  upstreams.TierView `json:"view"`
+	Heads []HeadStatus       `json:"heads"`
+	// Draining are the files of heads that drain: their requests finish,
+	// nothing new goes there.
+	Draining []string `json:"draining,omitempty"`
+	Held     int      `json:"held"`
+}
+
+// HeadStatus is one routed head in Status.
+type HeadStatus struct {
+	Addr     string   `json:"addr"`
+	File     string   `json:"file"`
+	Job      string   `json:"job"`
+	Node     string   `json:"node"`
+	InFlight int64    `json:"in_flight"`
+	Failing  bool     `json:"failing"`
+	Models   []string `json:"models"`
+}
+
+// Status reports the current table and queues.
+func (s *Server) Status() Status {
+	t := s.tab.Load()
+	now := s.now()
+	st := Status{Time: now}
+	for _, tier := range slices.Sorted(maps.Keys(t.views)) {
+		ts := TierStatus{Tier: tier, View: t.views[tier], Draining: t.draining[tier], Heads: []HeadStatus{}}
+		for _, h := range t.heads[tier] {
+			hs := HeadStatus{Addr: h.addr, File: h.file, Job: h.job, Node: h.node, InFlight: h.inFlight.Load(),
+				Failing: h.failing(now)}
+			if d := h.declared.Load(); d != nil {
+				hs.Models = append(hs.Models, *d...)
+			}
+			if hm := h.models.Load(); hm != nil {
+				hs.Models = append(hs.Models, slices.Collect(maps.Keys(hm.byID))...)
+			}
+			slices.Sort(hs.Models)
+			hs.Models = slices.Compact(hs.Models)
+			ts.Heads = append(ts.Heads, hs)
+		}
+		q := s.queueOf(tier)
+		q.mu.Lock()
+		ts.Held = len(q.waiters)
+		q.mu.Unlock()
+		st.Tiers = append(st.Tiers, ts)
+	}
+	return st
+}
+
+// StatusJSON is Status as indented JSON.
+func (s *Server) StatusJSON() []byte {
+	b, _ := json.MarshalIndent(s.Status(), "", "  ")
+	return append(b, '\n')
+}

@@ -1,0 +1,76 @@
+package front
+
+import (
+	"strings"
+	"time"
+
+	"slurm-llm/endpoints/upstreams"
+)
+
+// Verdict says whether a request whose tier has no head for its model
+// waits for one, and if not, why: the hold rule. The zero value answers
+// at once.
+type Verdict struct {
+	// Hold: wait for a head until the request's deadline.
+	Hold bool
+	// Why says, for the log, what the rule saw.
+	Why string
+}
+
+// HoldInput is everything the hold rule reads.
+type HoldInput struct {
+	// View is the tier's view from the last pass (reason, expected back).
+	View upstreams.TierView
+	// DownFor is how long the tier has had no head in the front door's
+	// tables (0 when it has one: its heads failed before answering).
+	DownFor time.Duration
+	// Now and Deadline: the request gives up waiting at Deadline.
+	Now, Deadline time.Time
+	// HoldUnknown is how long into an outage a request is held while the
+	// view has no estimate yet ([front] hold_unknown).
+	HoldUnknown time.Duration
+}
+
+// Decide is the hold rule, pure. A request is held exactly when holding
+// can succeed: the view's estimate falls before the deadline; or the tier
+// is in a step that takes seconds and has no estimate (loading, a re-plan,
+// overdue); or the outage is young enough that Slurm may not have an
+// estimate yet. It is answered at once when the view says the tier will
+// not be back by itself (disabled, held, not queued, its file refused, the
+// scheduler does not answer) or not in time.
+func Decide(in HoldInput) Verdict {
+	v := in.View
+	switch {
+	case !in.Deadline.After(in.Now):
+		return Verdict{Why: "no hold: the request's hold is over"}
+	case v.State == upstreams.StateRouted:
+		// Routed, but its heads failed before answering (refused, reset,
+		// loading): they are skipped for fail_timeout, or the next pass
+		// takes them out.
+		return Verdict{Hold: true, Why: "routed: waiting for a head that answers"}
+	case final(v.Reason):
+		return Verdict{Why: "no hold: " + v.Reason}
+	case v.ExpectedBack != nil:
+		if v.ExpectedBack.After(in.Deadline) {
+			return Verdict{Why: "no hold: expected back after the request's hold ends"}
+		}
+		return Verdict{Hold: true, Why: "expected back within the hold"}
+	case v.Reason == upstreams.ReasonStarting || v.Reason == upstreams.ReasonReplanning || v.Overdue:
+		return Verdict{Hold: true, Why: "back in seconds: " + v.Reason}
+	case in.DownFor < in.HoldUnknown:
+		return Verdict{Hold: true, Why: "no estimate yet, early in the outage: " + v.Reason}
+	}
+	return Verdict{Why: "no hold: no estimate (" + v.Reason + ")"}
+}
+
+// final reports whether a reason means the tier does not come back by
+// itself soon: a person must act, or nothing is known.
+func final(reason string) bool {
+	switch reason {
+	case upstreams.ReasonDisabled, upstreams.ReasonHeld, upstreams.ReasonNotQueued, upstreams.ReasonRefused,
+		upstreams.ReasonUnknown, upstreams.ReasonNoEndpoint:
+		return true
+	}
+	return strings.HasPrefix(reason, "disabled") || strings.HasPrefix(reason, "held") ||
+		strings.HasPrefix(reason, "job ") || strings.HasPrefix(reason, "not routed")
+}

@@ -1,0 +1,220 @@
+package upstreams
+
+import (
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/tomlconf"
+)
+
+// FrontConfig is the front door's settings, the [front] table of
+// upstreams.toml (etc/README.md documents every key). The front door
+// (`llm-upstreams front`, package endpoints/front) reads the same endpoint
+// files with the same checks as watch, and routes by model in memory. Its
+// zero value is not usable: Load fills the defaults.
+type FrontConfig struct {
+	// Listen is where clients reach the front door ("127.0.0.1:8090");
+	// "" means the front door is not configured and refuses to start.
+	Listen string
+	// MetricsListen serves /metrics and /status (JSON) for the operator;
+	// "" means none. Never the client port: /status names every head.
+	MetricsListen string
+	// HintListen is the front door's own UDP hint listener (hints: see
+	// hint_listen); "" means none.
+	HintListen string
+	// MaxHeaderBytes and MaxBodyBytes bound a request's header and body.
+	MaxHeaderBytes int64
+	MaxBodyBytes   int64
+	// ReadHeaderTimeout bounds reading a request's header, ReadTimeout
+	// the whole request (its body), IdleTimeout a kept-alive connection
+	// waiting for its next request, WriteTimeout each write to a client
+	// (a client that stops reading a stream this long is cut; the whole
+	// response is not bounded: streams last minutes).
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	IdleTimeout       time.Duration
+	WriteTimeout      time.Duration
+	// ConnectTimeout bounds a connection to a head; FailTimeout is how
+	// long a head that refused or reset a request before answering is
+	// skipped (nginx's fail_timeout).
+	ConnectTimeout time.Duration
+	FailTimeout    time.Duration
+	// HoldMax caps the hold a client asks for (header X-LLM-Hold).
+	HoldMax time.Duration
+	// HoldUnknown is how long after a tier's outage began a request is
+	// held while its view has no estimate yet (the first seconds of a
+	// preemption, before Slurm has one): past it, no estimate means no
+	// hold.
+	HoldUnknown time.Duration
+	// ModelsRefresh is how often each routed head's /v1/models is read
+	// (the models it lists and, in router mode, their status).
+	ModelsRefresh time.Duration
+	// AccessLog is where one line per request goes: "-" standard error
+	// (the journal), "" nowhere, else a file path (appended).
+	AccessLog string
+	// Aliases maps names clients use to a model name a tier serves.
+	Aliases map[string]string
+	// DefaultModel serves requests that name no model (llama.cpp's own
+	// /completion); "" answers them 400.
+	DefaultModel string
+	// Tiers are the per-tier settings, one for every tier in [tiers]
+	// (those not written get DefaultFrontTier).
+	Tiers map[string]FrontTier
+}
+
+// FrontTier is one tier's front-door settings ([front.tiers.NAME]).
+type FrontTier struct {
+	// Hold is how long a request waits for the tier to come back (a
+	// client may ask for another, at most HoldMax).
+	Hold time.Duration
+	// MaxHeld and MaxHeldBytes bound the requests held at once (their
+	// bodies' bytes); past them a request gets its 503 at once.
+	MaxHeld      int
+	MaxHeldBytes int64
+	// Models are model names the tier serves, known before any head of it
+	// is seen (after a restart of the front door while the tier is down,
+	// a request for them is held or answered 503, not 404).
+	Models []string
+	// BackupModel, when set, is the model (of whichever tier serves it) a
+	// request is sent to when this tier cannot serve it within its hold:
+	// another model, said by X-LLM-Tier. "" means never.
+	BackupModel string
+}
+
+// DefaultFrontTier is a tier's front-door settings when [front.tiers.NAME]
+// leaves them out.
+var DefaultFrontTier = FrontTier{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20}
+
+var defaultFront = FrontConfig{
+	MaxHeaderBytes:    64 << 10,
+	MaxBodyBytes:      32 << 20,
+	ReadHeaderTimeout: 10 * time.Second,
+	ReadTimeout:       5 * time.Minute,
+	IdleTimeout:       2 * time.Minute,
+	WriteTimeout:      2 * time.Minute,
+	ConnectTimeout:    2 * time.Second,
+	FailTimeout:       5 * time.Second,
+	HoldMax:           10 * time.Minute,
+	HoldUnknown:       15 * time.Second,
+	ModelsRefresh:     2 * time.Second,
+	AccessLog:         "-",
+}
+
+// DefaultFrontConfig is [front] with every key left out (listening
+// nowhere), for tests and tools that build a config without a file.
+func DefaultFrontConfig() FrontConfig {
+	f := defaultFront
+	f.Tiers = map[string]FrontTier{}
+	return f
+}
+
+// decodeFront declares the [front] table's keys.
+func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
+	f := &c.Front
+	return d.TableField(map[string]tomlconf.Field{
+		"listen":              d.String(&f.Listen),
+		"metrics_listen":      d.String(&f.MetricsListen),
+		"hint_listen":         d.String(&f.HintListen),
+		"max_header_bytes":    d.Bytes(&f.MaxHeaderBytes),
+		"max_body_bytes":      d.Bytes(&f.MaxBodyBytes),
+		"read_header_timeout": d.Duration(&f.ReadHeaderTimeout),
+		"read_timeout":        d.Duration(&f.ReadTimeout),
+		"idle_timeout":        d.Duration(&f.IdleTimeout),
+		"write_timeout":       d.Duration(&f.WriteTimeout),
+		"connect_timeout":     d.Duration(&f.ConnectTimeout),
+		"fail_timeout":        d.Duration(&f.FailTimeout),
+		"hold_max":            d.Duration(&f.HoldMax),
+		"hold_unknown":        d.Duration(&f.HoldUnknown),
+		"models_refresh":      d.Duration(&f.ModelsRefresh),
+		"access_log":          d.String(&f.AccessLog),
+		"aliases":             d.StringMap(&f.Aliases),
+		"default_model":       d.String(&f.DefaultModel),
+		"tiers": d.Each(func(name string) tomlconf.Field {
+			return func(key toml.Key, v any) {
+				ft := DefaultFrontTier
+				d.Table(key, v, map[string]tomlconf.Field{
+					"hold":           d.Duration(&ft.Hold),
+					"max_held":       d.Int(&ft.MaxHeld),
+					"max_held_bytes": d.Bytes(&ft.MaxHeldBytes),
+					"models":         d.Strings(&ft.Models),
+					"backup_model":   d.String(&ft.BackupModel),
+				}, nil)
+				f.Tiers[name] = ft
+			}
+		}),
+	})
+}
+
+// checkFront validates [front] once [tiers] is known, and gives every
+// configured tier its settings.
+func (c *Config) checkFront(d *tomlconf.Decoder) {
+	f := &c.Front
+	for _, l := range []struct{ key, addr string }{{"listen", f.Listen}, {"metrics_listen", f.MetricsListen},
+		{"hint_listen", f.HintListen}} {
+		if l.addr == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(l.addr); err != nil {
+			d.Invalid(toml.Key{"front", l.key}, "want host:port or \"\" (%v)", err)
+		} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			d.Invalid(toml.Key{"front", l.key}, "want a port between 1 and 65535 (got %q)", port)
+		}
+	}
+	if f.Listen != "" && f.Listen == f.MetricsListen {
+		d.Invalid(toml.Key{"front", "metrics_listen"}, "the same address as listen: /status names every head, keep it off the client port")
+	}
+	for key, v := range map[string]time.Duration{"read_header_timeout": f.ReadHeaderTimeout, "read_timeout": f.ReadTimeout,
+		"idle_timeout": f.IdleTimeout, "write_timeout": f.WriteTimeout, "connect_timeout": f.ConnectTimeout,
+		"fail_timeout": f.FailTimeout, "hold_max": f.HoldMax, "models_refresh": f.ModelsRefresh} {
+		if v <= 0 {
+			d.Invalid(toml.Key{"front", key}, "want a positive duration")
+		}
+	}
+	if f.HoldUnknown < 0 {
+		d.Invalid(toml.Key{"front", "hold_unknown"}, "want a duration, at least 0s")
+	}
+	if f.MaxHeaderBytes < 4<<10 || f.MaxHeaderBytes > 1<<20 {
+		d.Invalid(toml.Key{"front", "max_header_bytes"}, "want 4 KiB to 1 MiB")
+	}
+	if f.MaxBodyBytes < 4<<10 {
+		d.Invalid(toml.Key{"front", "max_body_bytes"}, "want at least 4 KiB")
+	}
+	for alias, model := range f.Aliases {
+		if alias == "" || model == "" || !endpoints.PrintableName(alias) || !endpoints.PrintableName(model) {
+			d.Invalid(toml.Key{"front", "aliases", alias}, "want a model name (1-256 printable bytes) for a name (the same)")
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Tiers)) {
+		key := toml.Key{"front", "tiers", name}
+		ft := f.Tiers[name]
+		if _, ok := c.Tiers[name]; !ok {
+			d.Invalid(key, "not a tier of [tiers]")
+			continue
+		}
+		if ft.Hold < 0 || ft.Hold > f.HoldMax {
+			d.Invalid(append(key, "hold"), "want 0s to hold_max (%s)", f.HoldMax)
+		}
+		if ft.MaxHeld < 0 {
+			d.Invalid(append(key, "max_held"), "want 0 or more")
+		}
+		if ft.MaxHeldBytes < 0 {
+			d.Invalid(append(key, "max_held_bytes"), "want 0 or more")
+		}
+		for _, m := range ft.Models {
+			if !endpoints.PrintableName(m) {
+				d.Invalid(append(key, "models"), "%q: want 1-256 printable bytes", m)
+			}
+		}
+	}
+	for name := range c.Tiers {
+		if _, ok := f.Tiers[name]; !ok {
+			f.Tiers[name] = DefaultFrontTier
+		}
+	}
+}
