@@ -178,7 +178,7 @@ func (r *hintRig) routeAfter(t testing.TB, job string, h head, after func()) tim
 	start := time.Now()
 	r.publish(t, job, h)
 	after()
-	waitReply(t, r.n.fast, "/", h.name+" routed", func(rep reply) bool { return rep.body == h.name })
+	waitReply(t, r.n.Fast, "/", h.name+" routed", func(rep reply) bool { return rep.body == h.name })
 	return time.Since(start)
 }
 

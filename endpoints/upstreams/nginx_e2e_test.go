@@ -11,10 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,110 +20,27 @@ import (
 
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/upstreams/nginxtest"
 	"slurm-llm/slurm"
 )
 
 // privateNginx is an nginx started for one test from the shipped site
 // config, on free loopback ports, with its own prefix, pid and temp dirs.
 type privateNginx struct {
-	prefix, conf    string
-	out, endpoints  string
-	fast, reasoning int // ports
-	extraDir        string
+	*nginxtest.Nginx
+	endpoints string
 }
 
-// nginxBin finds the nginx binary or skips the test.
-func nginxBin(t testing.TB) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("e2e nginx tests need root")
-	}
-	for _, p := range []string{"nginx", "/usr/sbin/nginx"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	t.Skip("nginx not installed")
-	return ""
-}
-
-// startNginx writes the configs, makes the first (fallback) upstream files
-// and starts nginx in the foreground, killed by PID in t.Cleanup.
+// startNginx starts a private nginx with the shipped site (nginxtest) and
+// an endpoint directory beside it.
 func startNginx(t testing.TB) *privateNginx {
 	t.Helper()
-	bin := nginxBin(t)
-	root := t.TempDir()
-	n := &privateNginx{prefix: filepath.Join(root, "nginx"), out: filepath.Join(root, "slurm-llm"),
-		endpoints: filepath.Join(root, "endpoints"), fast: faketest.FreePort(t), reasoning: faketest.FreePort(t)}
-	n.extraDir = filepath.Join(n.prefix, "extra")
-	for _, d := range []string{n.prefix + "/tmp", n.out, n.endpoints, n.extraDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n.writeConfigs(t)
-	cfg := n.config(t)
-	first := &Applier{Dir: n.out, Test: cfg.Nginx.Test, Reload: []string{"true"}, Runner: ExecRunner{}, Log: hclog.NewNullLogger()}
-	if _, err := first.Apply(context.Background(), endpoints.Render(cfg.TierSpecs(), nil, endpoints.RenderMeta{Generator: "e2e"})); err != nil {
-		t.Fatalf("first files: %v", err)
-	}
-	cmd := exec.Command(bin, "-p", n.prefix, "-c", n.conf, "-g", "daemon off;")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
+	n := &privateNginx{Nginx: nginxtest.Start(t, filepath.Join("..", "..", "etc", "nginx", "slurm-llm.conf"), 1),
+		endpoints: filepath.Join(t.TempDir(), "endpoints")}
+	if err := os.MkdirAll(n.endpoints, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	waitUntil(t, "nginx listens", func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", n.fast))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
 	return n
-}
-
-// writeConfigs adapts etc/nginx/slurm-llm.conf to this nginx's ports and
-// directories and wraps it in a minimal main config.
-func (n *privateNginx) writeConfigs(t testing.TB) {
-	t.Helper()
-	site, err := os.ReadFile(filepath.Join("..", "..", "etc", "nginx", "slurm-llm.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.NewReplacer("/etc/nginx/slurm-llm/", n.out+"/",
-		"127.0.0.1:8080;", fmt.Sprintf("127.0.0.1:%d;", n.fast),
-		"127.0.0.1:8081;", fmt.Sprintf("127.0.0.1:%d;", n.reasoning)).Replace(string(site))
-	if strings.Contains(s, ":8080;") || strings.Contains(s, "include /etc/nginx/") {
-		t.Fatalf("site config not fully adapted:\n%s", s)
-	}
-	p := n.prefix
-	main := fmt.Sprintf(`user root;
-worker_processes 1;
-error_log %[1]s/error.log info;
-pid %[1]s/nginx.pid;
-events { worker_connections 128; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/tmp/body;
-    proxy_temp_path %[1]s/tmp/proxy;
-    fastcgi_temp_path %[1]s/tmp/fastcgi;
-    uwsgi_temp_path %[1]s/tmp/uwsgi;
-    scgi_temp_path %[1]s/tmp/scgi;
-    include %[1]s/extra/*.conf;
-    include %[1]s/site.conf;
-}
-`, p)
-	n.conf = filepath.Join(p, "nginx.conf")
-	for path, b := range map[string]string{n.conf: main, filepath.Join(p, "site.conf"): s} {
-		if err := os.WriteFile(path, []byte(b), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // config is an llm-upstreams config driving this nginx.
@@ -150,9 +65,8 @@ test = %s
 reload = %s
 [scheduler]
 check = false
-`, n.endpoints, n.out, filepath.Join(n.prefix, "lock"),
-		q("nginx", "-t", "-q", "-p", n.prefix, "-c", n.conf),
-		q("nginx", "-s", "reload", "-p", n.prefix, "-c", n.conf))))
+`, n.endpoints, n.Out, filepath.Join(n.Prefix, "lock"),
+		q(n.TestArgv()...), q(n.ReloadArgv()...))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +195,7 @@ func TestE2ESyncRoutesThenFallsBackTo503(t *testing.T) {
 	a := startHead(t, "head-a")
 	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
 
-	r := waitReply(t, n.fast, "/v1/models", "fast answers 503 before any endpoint", isUnavailable)
+	r := waitReply(t, n.Fast, "/v1/models", "fast answers 503 before any endpoint", isUnavailable)
 	if r.tier != "none" {
 		t.Errorf("X-LLM-Tier = %q, want none", r.tier)
 	}
@@ -289,12 +203,12 @@ func TestE2ESyncRoutesThenFallsBackTo503(t *testing.T) {
 	if rep, err := u.Pass(context.Background()); err != nil || !rep.Reloaded {
 		t.Fatalf("pass: reloaded %v, %v", rep.Reloaded, err)
 	}
-	waitReply(t, n.fast, "/v1/models", "fast is answered by head-a", func(r reply) bool { return r.body == "head-a" })
-	r = waitReply(t, n.reasoning, "/v1/models", "reasoning is served by its backup", func(r reply) bool { return r.body == "head-a" })
+	waitReply(t, n.Fast, "/v1/models", "fast is answered by head-a", func(r reply) bool { return r.body == "head-a" })
+	r = waitReply(t, n.Reasoning, "/v1/models", "reasoning is served by its backup", func(r reply) bool { return r.body == "head-a" })
 	if r.tier != "fast" {
 		t.Errorf("reasoning X-LLM-Tier = %q, want fast (backup)", r.tier)
 	}
-	r = waitReply(t, n.fast, "/v1/chat/completions", "a stream passes through", func(r reply) bool { return r.status == 200 })
+	r = waitReply(t, n.Fast, "/v1/chat/completions", "a stream passes through", func(r reply) bool { return r.status == 200 })
 	if !strings.Contains(r.body, `"head":"head-a"`) || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
 		t.Errorf("stream through nginx = %q", r.body)
 	}
@@ -305,8 +219,8 @@ func TestE2ESyncRoutesThenFallsBackTo503(t *testing.T) {
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatalf("pass: %v", err)
 	}
-	waitReply(t, n.fast, "/v1/chat/completions", "fast answers 503 JSON with Retry-After", isUnavailable)
-	waitReply(t, n.reasoning, "/v1/models", "reasoning answers 503 JSON with Retry-After", isUnavailable)
+	waitReply(t, n.Fast, "/v1/chat/completions", "fast answers 503 JSON with Retry-After", isUnavailable)
+	waitReply(t, n.Reasoning, "/v1/models", "reasoning answers 503 JSON with Retry-After", isUnavailable)
 }
 
 // A head that died between passes (connection refused) gets the same 503
@@ -318,7 +232,7 @@ func TestE2EDeadHeadGives503Not502(t *testing.T) {
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitReply(t, n.fast, "/v1/models", "a refused head gives 503 JSON", isUnavailable)
+	waitReply(t, n.Fast, "/v1/models", "a refused head gives 503 JSON", isUnavailable)
 }
 
 // A broken include makes nginx -t fail: the pass fails, the candidate files
@@ -332,32 +246,32 @@ func TestE2EBrokenConfigKeepsServing(t *testing.T) {
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitReply(t, n.fast, "/", "head-a serves", func(r reply) bool { return r.body == "head-a" })
-	good := readDirFiles(n.out)
+	waitReply(t, n.Fast, "/", "head-a serves", func(r reply) bool { return r.body == "head-a" })
+	good := readDirFiles(n.Out)
 
-	if err := os.WriteFile(filepath.Join(n.extraDir, "broken.conf"), []byte("this is not nginx {\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.ExtraDir, "broken.conf"), []byte("this is not nginx {\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n.publish(t, "fast", "103", b)
 	if _, err := u.Pass(context.Background()); !errors.Is(err, ErrTestFailed) {
 		t.Fatalf("pass with a broken include = %v, want ErrTestFailed", err)
 	}
-	if got := readDirFiles(n.out); fmt.Sprint(got) != fmt.Sprint(good) {
+	if got := readDirFiles(n.Out); fmt.Sprint(got) != fmt.Sprint(good) {
 		t.Errorf("files after failed test differ from the last good ones")
 	}
 	for i := 0; i < 5; i++ {
-		if r, err := get(n.fast, "/"); err != nil || r.body != "head-a" {
+		if r, err := get(n.Fast, "/"); err != nil || r.body != "head-a" {
 			t.Fatalf("after failed test: %q, %v; want head-a still served", r.body, err)
 		}
 	}
 
-	if err := os.Remove(filepath.Join(n.extraDir, "broken.conf")); err != nil {
+	if err := os.Remove(filepath.Join(n.ExtraDir, "broken.conf")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatalf("pass after repair: %v", err)
 	}
-	waitReply(t, n.fast, "/", "head-b serves after repair", func(r reply) bool { return r.body == "head-b" })
+	waitReply(t, n.Fast, "/", "head-b serves after repair", func(r reply) bool { return r.body == "head-b" })
 }
 
 // Watch mode routes a newly written file without any timer.
@@ -371,7 +285,7 @@ func TestE2EWatchServesNewFile(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	n.publish(t, "reasoning", "104_2", a)
-	r := waitReply(t, n.reasoning, "/", "reasoning routed to head-a by watch", func(r reply) bool { return r.body == "head-a" })
+	r := waitReply(t, n.Reasoning, "/", "reasoning routed to head-a by watch", func(r reply) bool { return r.body == "head-a" })
 	if r.tier != "reasoning" {
 		t.Errorf("X-LLM-Tier = %q, want reasoning", r.tier)
 	}
@@ -413,7 +327,7 @@ func measureRoute(b *testing.B, n *privateNginx, heads []head, samples int, afte
 		start := time.Now()
 		n.publish(b, "fast", "900", h)
 		after()
-		waitReply(b, n.fast, "/", h.name+" routed", func(r reply) bool { return r.body == h.name })
+		waitReply(b, n.Fast, "/", h.name+" routed", func(r reply) bool { return r.body == h.name })
 		ms = append(ms, float64(time.Since(start).Microseconds())/1000)
 	}
 	return ms
@@ -453,8 +367,8 @@ func TestE2EStreamIsNotBuffered(t *testing.T) {
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitReply(t, n.fast, "/", "head-a serves", func(r reply) bool { return r.body == "head-a" })
-	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/gated", n.fast), "application/json", strings.NewReader("{}"))
+	waitReply(t, n.Fast, "/", "head-a serves", func(r reply) bool { return r.body == "head-a" })
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/gated", n.Fast), "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +435,7 @@ func TestE2EUnavailableSaysWhyAndWhen(t *testing.T) {
 		Reason       string  `json:"reason"`
 		ExpectedBack *string `json:"expected_back"`
 	}
-	r := waitReplyWith(t, post, n.fast, "/v1/chat/completions", "fast answers 503 with its estimate", func(r reply) bool {
+	r := waitReplyWith(t, post, n.Fast, "/v1/chat/completions", "fast answers 503 with its estimate", func(r reply) bool {
 		return isUnavailable(r) && json.Unmarshal([]byte(r.body), &doc) == nil && doc.ExpectedBack != nil &&
 			*doc.ExpectedBack == wantBack && r.retryAfter == "600" // the reload is asynchronous
 	})
@@ -539,7 +453,7 @@ func TestE2EUnavailableSaysWhyAndWhen(t *testing.T) {
 		t.Errorf("a new estimate in the same Retry-After bucket reloaded nginx")
 	}
 	wantBack = later.Add(20 * time.Second).UTC().Format(time.RFC3339)
-	waitReplyWith(t, post, n.fast, "/v1/chat/completions", "the new estimate is served", func(r reply) bool {
+	waitReplyWith(t, post, n.Fast, "/v1/chat/completions", "the new estimate is served", func(r reply) bool {
 		return isUnavailable(r) && json.Unmarshal([]byte(r.body), &doc) == nil && doc.ExpectedBack != nil && *doc.ExpectedBack == wantBack
 	})
 }

@@ -57,17 +57,17 @@ func BenchmarkE2EReplicasThroughNginx(b *testing.B) {
 			if _, err := u.Pass(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			waitReply(b, n.fast, "/v1/models", "nginx routes the fast tier", func(r reply) bool { return r.status == http.StatusOK })
+			waitReply(b, n.Fast, "/v1/models", "nginx routes the fast tier", func(r reply) bool { return r.status == http.StatusOK })
 			// Warm-up while nginx's reload takes effect and the slots fill. A
 			// request here may meet the reload: nginx closes its idle
 			// keep-alive connections then, and a client that sent on one
 			// just as it closed gets EOF (HTTP/1.1's race; clients that
 			// reuse connections retry, as the OpenAI SDKs do).
-			if _, failed := streamLoad(b, n.fast, 12, 2*time.Second); failed > 0 {
+			if _, failed := streamLoad(b, n.Fast, 12, 2*time.Second); failed > 0 {
 				b.Logf("warm-up after the reload: %d request(s) met the reload", failed)
 			}
 			var failed int64
-			if tps[k], failed = streamLoad(b, n.fast, 12, 10*time.Second); failed > 0 {
+			if tps[k], failed = streamLoad(b, n.Fast, 12, 10*time.Second); failed > 0 {
 				b.Fatalf("%d requests through nginx failed", failed)
 			}
 			b.Logf("%d routed replica(s): %.1f tokens/s through nginx", replicas, tps[k])
