@@ -36,6 +36,7 @@ type e2eController struct {
 	t    testing.TB
 	dir  string
 	c    *slurm.Client
+	ctx  context.Context // the loops' context, until shutdown
 	stop func()
 	done sync.WaitGroup
 }
@@ -84,7 +85,7 @@ func (e *e2eController) start(klog io.Writer, onReport func(upstreams.Report, ti
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e.stop = cancel
+	e.ctx, e.stop = ctx, cancel
 	k := keeper.New(kcfg, keeper.Options{Log: hclog.New(&hclog.LoggerOptions{Name: "keeper", Output: klog, Level: hclog.Info})})
 	passes := make(chan upstreams.PassResult)
 	u := upstreams.New(ucfg, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: e.c}, Queue: e.c})
