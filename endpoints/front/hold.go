@@ -53,14 +53,11 @@ type refusal struct {
 
 // queueOf returns tier's queue, made on first use.
 func (s *Server) queueOf(tier string) *queue {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.queues[tier]
-	if q == nil {
-		q = &queue{tier: tier, written: closedChan()}
-		s.queues[tier] = q
+	if q, ok := s.queues.Load(tier); ok {
+		return q.(*queue)
 	}
-	return q
+	q, _ := s.queues.LoadOrStore(tier, &queue{tier: tier, written: closedChan()})
+	return q.(*queue)
 }
 
 // acquire finds a head of c's tier serving c's model, holding the request

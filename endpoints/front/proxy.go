@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
+	"sync"
 	"time"
 
 	"slurm-llm/endpoints/upstreams"
@@ -114,16 +115,21 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			// llama-server may close a kept-alive connection after a
 			// stream; a stream's own connection is not reused.
 			pr.Out.Close = c.stream
-			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(),
-				&httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { c.written() }}))
+			if c.onWritten != nil { // a held request: the next one waits for it
+				pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(),
+					&httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { c.written() }}))
+			}
 			c.dispatched = s.now()
 			if c.attempts == 1 {
 				s.metrics.overhead.Observe(c.dispatched.Sub(c.start).Seconds() - c.held.Seconds())
 			}
 		},
-		Transport:     s.opts.Transport,
-		FlushInterval: -1,
-		ErrorLog:      log.New(io.Discard, "", 0),
+		Transport: s.opts.Transport,
+		// FlushInterval 0: the proxy flushes an event stream, or an answer
+		// of unknown length, at every write anyway; a whole JSON answer is
+		// written once.
+		BufferPool: bufferPool{},
+		ErrorLog:   log.New(io.Discard, "", 0),
 		ModifyResponse: func(resp *http.Response) error {
 			c := callOf(resp.Request.Context())
 			if resp.StatusCode == http.StatusServiceUnavailable {
@@ -137,6 +143,15 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		},
 	}
 }
+
+// bufferPool lends the proxy its copy buffers (32 KiB each) instead of
+// allocating one per answer.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBuffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 
 // clientWriter is the client's ResponseWriter as the proxy writes it: it
 // marks the call sent at the first header, counts bytes, and gives each

@@ -45,11 +45,16 @@ type Server struct {
 	// are read at once rather than at the next refresh.
 	polled chan struct{}
 
+	// catalog maps each model a routed head serves to its tier (the first
+	// tier, in name order, when two serve one name): remade at every
+	// table and after every read of the heads' models, read per request.
+	catalog atomic.Pointer[map[string]string]
+	queues  sync.Map // tier → *queue
+
 	mu        sync.Mutex
 	heads     map[string]*head     // the last table's heads, by key
 	learned   map[string]string    // model → tier, from every file and head seen
 	downSince map[string]time.Time // tier → since when it has had no head
-	queues    map[string]*queue
 }
 
 // New returns a front door serving cfg. It routes nothing until the first
@@ -68,12 +73,12 @@ func New(cfg upstreams.FrontConfig, opts Options) *Server {
 		opts.Transport = headTransport(cfg.ConnectTimeout)
 	}
 	s := &Server{opts: opts, log: opts.Log, metrics: opts.Metrics, polled: make(chan struct{}, 1),
-		heads: map[string]*head{}, learned: map[string]string{}, downSince: map[string]time.Time{},
-		queues: map[string]*queue{}}
+		heads: map[string]*head{}, learned: map[string]string{}, downSince: map[string]time.Time{}}
 	s.cfg.Store(&cfg)
 	heads := func() []*head { return s.tab.Load().allHeads() }
 	s.metrics.heads.Store(&heads)
 	s.tab.Store(&table{heads: map[string][]*head{}, views: map[string]upstreams.TierView{}})
+	s.catalog.Store(&map[string]string{})
 	s.rp = s.newProxy()
 	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second), now: opts.Now}
 	return s
@@ -155,6 +160,7 @@ func (s *Server) Update(rep upstreams.Report) {
 	}
 	s.mu.Unlock()
 	s.tab.Store(t)
+	s.remakeCatalog()
 	if fresh {
 		select {
 		case s.polled <- struct{}{}:
@@ -179,9 +185,38 @@ func (s *Server) learnLocked(model, tier string) {
 }
 
 func (s *Server) allQueues() []*queue {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Collect(maps.Values(s.queues))
+	var out []*queue
+	s.queues.Range(func(_, q any) bool {
+		out = append(out, q.(*queue))
+		return true
+	})
+	return out
+}
+
+// remakeCatalog maps each model the table's routed heads serve (their files
+// and their last /v1/models) to its tier.
+func (s *Server) remakeCatalog() {
+	t := s.tab.Load()
+	cat := map[string]string{}
+	for _, tier := range slices.Sorted(maps.Keys(t.heads)) {
+		for _, h := range t.heads[tier] {
+			if d := h.declared.Load(); d != nil {
+				for _, m := range *d {
+					if _, ok := cat[m]; !ok {
+						cat[m] = tier
+					}
+				}
+			}
+			if hm := h.models.Load(); hm != nil {
+				for m := range hm.byID {
+					if _, ok := cat[m]; !ok {
+						cat[m] = tier
+					}
+				}
+			}
+		}
+	}
+	s.catalog.Store(&cat)
 }
 
 // Run reads the routed heads' /v1/models every models_refresh (and at
@@ -207,6 +242,7 @@ func (s *Server) Run(ctx context.Context) {
 			}
 		}
 		s.mu.Unlock()
+		s.remakeCatalog()
 		if !tick.Stop() {
 			select {
 			case <-tick.C:
@@ -227,13 +263,8 @@ func (s *Server) resolve(model string) (tier, name string) {
 	if to, ok := cfg.Aliases[model]; ok {
 		name = to
 	}
-	t := s.tab.Load()
-	for _, tr := range slices.Sorted(maps.Keys(t.heads)) {
-		for _, h := range t.heads[tr] {
-			if h.serves(name) {
-				return tr, name
-			}
-		}
+	if tr, ok := (*s.catalog.Load())[name]; ok {
+		return tr, name
 	}
 	for _, tr := range slices.Sorted(maps.Keys(cfg.Tiers)) {
 		if slices.Contains(cfg.Tiers[tr].Models, name) {

@@ -1,0 +1,358 @@
+//go:build e2e
+
+package front_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"slurm-llm/cmd/fake-llama/faketest"
+	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/upstreams/nginxtest"
+)
+
+// The front door's speed and footprint, each against the same heads
+// reached directly and, where the issue asks, through the shipped nginx
+// site, in the same run. Everything runs as the real programs on
+// loopback: `llm-upstreams front` and `llm-upstreams sync` (built here),
+// nginx, and the fake llama.cpp as heads; endpoint files are written by
+// hand (no Slurm: the scheduler check is off). Needs root and nginx.
+
+// benchWorld is an endpoint directory, the programs built, and the heads.
+type benchWorld struct {
+	dir, bin, fake string
+	endpoints      string
+	heads          []int // head ports
+}
+
+func newBenchWorld(b *testing.B) *benchWorld {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Skip("needs root (nginx, endpoint files owned by root)")
+	}
+	w := &benchWorld{dir: b.TempDir()}
+	w.endpoints = filepath.Join(w.dir, "endpoints")
+	if err := os.MkdirAll(w.endpoints, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	var err error
+	if w.fake, err = faketest.Build(w.dir); err != nil {
+		b.Fatal(err)
+	}
+	w.bin = filepath.Join(w.dir, "llm-upstreams")
+	if out, err := exec.Command("go", "build", "-o", w.bin, "slurm-llm/cmd/llm-upstreams").CombinedOutput(); err != nil {
+		b.Fatalf("build llm-upstreams: %v\n%s", err, out)
+	}
+	return w
+}
+
+// startProc runs argv in its own process group until the benchmark ends.
+func startProc(b *testing.B, argv []string, out io.Writer) *exec.Cmd {
+	b.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// head starts a fake llama-server (model name, extra flags) on a free
+// port and publishes it as tier fast, job id.
+func (w *benchWorld) head(b *testing.B, id int, model string, flags ...string) int {
+	b.Helper()
+	port := faketest.FreePort(b)
+	startProc(b, append([]string{w.fake, "server", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "-m", model}, flags...), io.Discard)
+	waitOK(b, fmt.Sprintf("http://127.0.0.1:%d/health", port))
+	now := time.Now().UTC()
+	e := endpoints.Endpoint{Schema: endpoints.SchemaVersion, Tier: "fast", JobID: strconv.Itoa(id), Host: "127.0.0.1",
+		Port: port, State: endpoints.StateReady, Models: []string{model}, Node: "node1", PID: os.Getpid(),
+		StartedAt: now, Heartbeat: now, LeaseExpires: now.Add(time.Hour)}
+	if err := endpoints.Write(w.endpoints, e); err != nil {
+		b.Fatal(err)
+	}
+	w.heads = append(w.heads, port)
+	return port
+}
+
+// config is an upstreams.toml for these endpoints: the front door on
+// frontPort, nginx as given (or none).
+func (w *benchWorld) config(b *testing.B, frontPort int, n *nginxtest.Nginx) string {
+	b.Helper()
+	out, test, reload := filepath.Join(w.dir, "out"), `["true"]`, `["true"]`
+	if n != nil {
+		q := func(argv []string) string { s, _ := json.Marshal(argv); return string(s) }
+		out, test, reload = n.Out, q(n.TestArgv()), q(n.ReloadArgv())
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(w.dir, "upstreams.toml")
+	body := fmt.Sprintf(`endpoint_dir = %q
+output_dir = %q
+lock_file = "%[3]s/lock"
+keeper_config = ""
+allowed_owners = ["0"]
+allowed_networks = ["127.0.0.0/8"]
+[tiers.fast]
+[tiers.reasoning]
+[nginx]
+test = %[4]s
+reload = %[5]s
+[scheduler]
+check = false
+[front]
+listen = "127.0.0.1:%[6]d"
+access_log = ""
+`, w.endpoints, out, w.dir, test, reload, frontPort)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// front starts `llm-upstreams front` and waits until it routes to every
+// head; it returns its base URL and its process.
+func (w *benchWorld) front(b *testing.B, cfg string, port int) (string, *exec.Cmd) {
+	b.Helper()
+	cmd := startProc(b, []string{w.bin, "front", "--config", cfg, "--log-level", "warn"}, os.Stderr)
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitOK(b, url+"/v1/models")
+	return url, cmd
+}
+
+func waitOK(b *testing.B, url string) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s never answered 200 (%v)", url, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// latencies runs clients that post small non-streaming completions to url
+// for d, each on its kept-alive connection, back to back (every 0) or one
+// every interval each, and returns every request's latency, sorted; a
+// failure fails the benchmark.
+func latencies(b *testing.B, url string, clients int, every, d time.Duration) []time.Duration {
+	b.Helper()
+	var mu sync.Mutex
+	var all []time.Duration
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	body := `{"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
+			var mine []time.Duration
+			next := time.Now()
+			for time.Now().Before(end) {
+				if every > 0 {
+					time.Sleep(time.Until(next))
+					next = next.Add(every)
+				}
+				start := time.Now()
+				resp, err := c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					if failed.Add(1) == 1 {
+						b.Logf("%s: %v", url, err)
+					}
+					continue
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%s: %d requests failed", url, f)
+	}
+	slices.Sort(all)
+	return all
+}
+
+func pct(s []time.Duration, p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkE2EFrontLatency: 64 concurrent clients, small non-streaming
+// requests (the fake answers at once: one token, no pacing), to one head
+// directly, through the front door, and through nginx, in turn, in the
+// same run. It reports each one's p50 and p99, and what the front door and
+// nginx add to the direct figures.
+func BenchmarkE2EFrontLatency(b *testing.B) {
+	w := newBenchWorld(b)
+	n := nginxtest.Start(b, filepath.Join("..", "..", "etc", "nginx", "slurm-llm.conf"), 1)
+	head := w.head(b, 101, "tiny", "--parallel", "64", "--fake-tokens", "1", "--fake-token-rate", "0")
+	fport := faketest.FreePort(b)
+	cfg := w.config(b, fport, n)
+	if out, err := exec.Command(w.bin, "sync", "--config", cfg, "--log-level", "warn").CombinedOutput(); err != nil {
+		b.Fatalf("sync: %v\n%s", err, out)
+	}
+	nginx := fmt.Sprintf("http://127.0.0.1:%d", n.Fast)
+	waitOK(b, nginx+"/v1/models")
+	front, _ := w.front(b, cfg, fport)
+	direct := fmt.Sprintf("http://127.0.0.1:%d", head)
+	const d = 8 * time.Second
+	for i := 0; i < b.N; i++ {
+		// Back to back the three saturate this machine's cores (clients,
+		// proxy and head share them): latency is then mostly queueing, and
+		// the figure compares the proxies' cost per request. Paced, each
+		// client sends every 20 ms (3,200 requests/s), below saturation:
+		// the figure is the latency a proxy adds.
+		for _, load := range []struct {
+			name  string
+			every time.Duration
+		}{{"back-to-back", 0}, {"paced", 20 * time.Millisecond}} {
+			res := map[string][]time.Duration{}
+			for _, t := range []struct{ name, url string }{{"direct", direct}, {"front", front}, {"nginx", nginx}} {
+				latencies(b, t.url, 64, load.every, time.Second) // warm the connections
+				res[t.name] = latencies(b, t.url, 64, load.every, d)
+				b.Logf("%s %-6s %6d requests: p50 %.3f ms, p99 %.3f ms", load.name, t.name, len(res[t.name]),
+					ms(pct(res[t.name], .5)), ms(pct(res[t.name], .99)))
+			}
+			for _, via := range []string{"front", "nginx"} {
+				add50 := pct(res[via], .5) - pct(res["direct"], .5)
+				add99 := pct(res[via], .99) - pct(res["direct"], .99)
+				b.ReportMetric(ms(add50), "added-p50-ms("+via+","+load.name+")")
+				b.ReportMetric(ms(add99), "added-p99-ms("+via+","+load.name+")")
+				b.Logf("%s: %s adds p50 %.3f ms, p99 %.3f ms", load.name, via, ms(add50), ms(add99))
+			}
+		}
+	}
+}
+
+// BenchmarkE2EFront1000Streams: 1,000 concurrent SSE streams (chat, 60
+// tokens at 10 tokens/s each: 6 s, so that opening 1,000 connections is a
+// small part of the time measured) over four fake heads of 250 slots, directly
+// and then through the front door: every stream must end with [DONE]; it
+// reports tokens/s both ways and the front door's peak RSS (VmHWM).
+func BenchmarkE2EFront1000Streams(b *testing.B) {
+	w := newBenchWorld(b)
+	for i := range 4 {
+		w.head(b, 201+i, "tiny", "--parallel", "250", "--fake-tokens", "60", "--fake-token-rate", "10")
+	}
+	fport := faketest.FreePort(b)
+	front, proc := w.front(b, w.config(b, fport, nil), fport)
+	for i := 0; i < b.N; i++ {
+		var direct []string
+		for _, p := range w.heads {
+			direct = append(direct, fmt.Sprintf("http://127.0.0.1:%d", p))
+		}
+		dTPS, dBad := streams(b, direct, 1000)
+		fTPS, fBad := streams(b, []string{front}, 1000)
+		rss := peakRSS(b, proc.Process.Pid)
+		b.Logf("1000 streams: direct %.0f tokens/s (%d incomplete), front door %.0f tokens/s (%d incomplete), %.1f%% of direct; front door peak RSS %.1f MB",
+			dTPS, dBad, fTPS, fBad, 100*fTPS/dTPS, rss)
+		if dBad+fBad > 0 {
+			b.Errorf("%d direct and %d front-door streams did not end with [DONE]", dBad, fBad)
+		}
+		b.ReportMetric(dTPS, "tokens/s(direct)")
+		b.ReportMetric(fTPS, "tokens/s(front)")
+		b.ReportMetric(100*fTPS/dTPS, "%-of-direct")
+		b.ReportMetric(rss, "front-peak-RSS-MB")
+	}
+}
+
+// streams runs n concurrent streams, one each, spread over the base URLs,
+// and returns the tokens per second from the first request to the last
+// [DONE], and how many streams did not end with [DONE].
+func streams(b *testing.B, bases []string, n int) (float64, int) {
+	b.Helper()
+	var tokens, bad atomic.Int64
+	var wg sync.WaitGroup
+	tr := &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: 0, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 2 * time.Minute}
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := `{"model":"tiny","stream":true,"messages":[{"role":"user","content":"Count."}]}`
+			resp, err := c.Post(bases[i%len(bases)]+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				bad.Add(1)
+				return
+			}
+			defer resp.Body.Close()
+			done := false
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				line := sc.Text()
+				if strings.Contains(line, `"content":"tok`) {
+					tokens.Add(1)
+				}
+				done = done || line == "data: [DONE]"
+			}
+			if !done || resp.StatusCode != http.StatusOK {
+				bad.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(tokens.Load()) / time.Since(start).Seconds(), int(bad.Load())
+}
+
+// peakRSS is a process's peak resident set (VmHWM), in MB.
+func peakRSS(b *testing.B, pid int) float64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return float64(kb) / 1024
+		}
+	}
+	b.Fatal("no VmHWM")
+	return 0
+}
