@@ -2,8 +2,10 @@ package endpoints
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 )
 
 // A hint is one UDP datagram that tells llm-upstreams watch "look now":
@@ -20,11 +22,23 @@ import (
 func HintMessage(tier, jobID string) []byte { return []byte(tier + " " + jobID + "\n") }
 
 // SendHint sends one hint datagram for tier and job to addr ("host:port",
-// the controller's hint_listen) and returns once it is sent. UDP gives no
-// answer: an error means it could not be sent (no route, a bad address),
-// never that nobody listened. Callers treat errors as harmless: the sweep
-// routes the change anyway, later.
+// the controller's hint_listen; several separated by commas, for the
+// watcher's and the front door's listeners) and returns once it is sent.
+// UDP gives no answer: an error means it could not be sent (no route, a
+// bad address), never that nobody listened. Callers treat errors as
+// harmless: the sweep routes the change anyway, later.
 func SendHint(ctx context.Context, addr, tier, jobID string) error {
+	var errs []error
+	for _, a := range strings.Split(addr, ",") {
+		if err := sendHint(ctx, strings.TrimSpace(a), tier, jobID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sendHint sends the datagram to one address.
+func sendHint(ctx context.Context, addr, tier, jobID string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "udp", addr)
 	if err != nil {

@@ -78,3 +78,19 @@ func TestWatchHintFloodIsCoalesced(t *testing.T) {
 		t.Errorf("%d passes in 0.5 s of hints, want at most %d", len(starts), max)
 	}
 }
+
+// A tier config's hint_addr may name the watcher's and the front door's
+// listeners: each gets the hint.
+func TestSendHintToSeveralListeners(t *testing.T) {
+	a, b := listenHints(t), listenHints(t)
+	if err := endpoints.SendHint(context.Background(), a.Addr().String()+", "+b.Addr().String(), "fast", "1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*Hints{a, b} {
+		select {
+		case <-h.C():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no hint on %s", h.Addr())
+		}
+	}
+}

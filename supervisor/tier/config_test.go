@@ -142,6 +142,11 @@ var badConfigs = []struct {
 		want: []string{`t.toml:5: logdir: unknown key`},
 	},
 	{
+		name: "one of several hint addresses without a port",
+		src:  strings.Replace(minimalSingle, `log_dir = "/l"`, "log_dir = \"/l\"\nhint_addr = \"ctl:9466,ctl\"", 1),
+		want: []string{`t.toml:5: hint_addr: must be host:port, the controller's hint_listen, or several separated by commas (got "ctl:9466,ctl")`},
+	},
+	{
 		name: "unknown key in a table",
 		src:  minimalSingle + "stop_grace = \"5s\"\n",
 		want: []string{`t.toml:9: head.stop_grace: unknown key`},
@@ -480,5 +485,14 @@ func TestParseConfigBoundsProblems(t *testing.T) {
 	_, err = ParseConfig("t.toml", make([]byte, maxConfigBytes+1))
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("a huge file gave %v", err)
+	}
+}
+
+// hint_addr may name the watcher's and the front door's hint listeners.
+func TestHintAddrTakesSeveralAddresses(t *testing.T) {
+	src := strings.Replace(minimalSingle, `log_dir = "/l"`, "log_dir = \"/l\"\nhint_addr = \"ctl:9466, ctl:9467\"", 1)
+	c, err := ParseConfig("t.toml", []byte(src))
+	if err != nil || c.HintAddr != "ctl:9466, ctl:9467" {
+		t.Fatalf("got %v, %v", c, err)
 	}
 }

@@ -59,8 +59,11 @@ func (d *decoder) validateTop(c *Config) {
 	}
 	d.program(toml.Key{"srun"}, c.Srun)
 	if c.HintAddr != "" {
-		if host, port, err := net.SplitHostPort(c.HintAddr); err != nil || host == "" || port == "" {
-			d.fail(toml.Key{"hint_addr"}, "must be host:port, the controller's hint_listen (got %q)", c.HintAddr)
+		for _, a := range strings.Split(c.HintAddr, ",") {
+			if host, port, err := net.SplitHostPort(strings.TrimSpace(a)); err != nil || host == "" || port == "" {
+				d.fail(toml.Key{"hint_addr"}, "must be host:port, the controller's hint_listen, or several separated by commas (got %q)", c.HintAddr)
+				break
+			}
 		}
 	}
 }
