@@ -3,8 +3,9 @@
 #   - llm-supervisor check-config on every tier config under etc/ (site configs planned
 #     for the site's nodes vasp-[01-03], local ones for the test cluster's node[1-3]);
 #   - nginx -t on the shipped site etc/nginx/slurm-llm.conf, with the upstream files and
-#     the 503 bodies llm-upstreams writes for it, in a private nginx prefix (no running
-#     nginx needed).
+#     the 503 bodies llm-upstreams writes for it, and the front door's site
+#     etc/nginx/slurm-llm-front.conf beside it, in a private nginx prefix (no running
+#     nginx needed). (etc/upstreams.toml is loaded by TestShippedConfig.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -31,6 +32,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/endpoints" "$tmp/upstreams" "$tmp/logs"
 sed "s#/etc/nginx/slurm-llm/#$tmp/upstreams/#g" etc/nginx/slurm-llm.conf >"$tmp/site.conf"
+cp etc/nginx/slurm-llm-front.conf "$tmp/front.conf"
 cat >"$tmp/nginx.conf" <<CONF
 pid $tmp/nginx.pid;
 error_log $tmp/logs/error.log;
@@ -43,6 +45,7 @@ http {
     uwsgi_temp_path $tmp/uwsgi;
     scgi_temp_path $tmp/scgi;
     include $tmp/site.conf;
+    include $tmp/front.conf;
 }
 CONF
 cat >"$tmp/upstreams.toml" <<CONF
@@ -63,9 +66,9 @@ CONF
 if bin/llm-upstreams sync --config "$tmp/upstreams.toml" 2>"$tmp/sync.log" &&
 	nginx -t -q -c "$tmp/nginx.conf" &&
 	[ -s "$tmp/upstreams/unavailable-fast.json" ] && [ -s "$tmp/upstreams/unavailable-reasoning.json" ]; then
-	echo "ok   nginx -t etc/nginx/slurm-llm.conf (with rendered upstream files and 503 bodies)"
+	echo "ok   nginx -t etc/nginx/slurm-llm.conf and slurm-llm-front.conf (with rendered upstream files and 503 bodies)"
 else
-	echo "FAIL nginx -t etc/nginx/slurm-llm.conf"
+	echo "FAIL nginx -t etc/nginx/slurm-llm.conf and slurm-llm-front.conf"
 	cat "$tmp/sync.log"
 	fail=1
 fi
