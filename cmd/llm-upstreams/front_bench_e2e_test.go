@@ -71,11 +71,17 @@ func BenchmarkE2EFrontPartialPreemption(b *testing.B) {
 // and the client connects again.
 type rawKeepAlive struct {
 	ok, failed atomic.Int64
-	mu         sync.Mutex
-	first      []string
+	// conns counts the connections the clients opened (n when none had to
+	// connect again).
+	conns atomic.Int64
+	mu    sync.Mutex
+	first []string
 }
 
-func startRawKeepAlive(ctx context.Context, addr, path, body string, n int) (*rawKeepAlive, *sync.WaitGroup) {
+// startRawKeepAlive runs n such clients against addr, each pausing think
+// between an answer and its next request (its connection idle meanwhile,
+// as a person's client is), until ctx ends.
+func startRawKeepAlive(ctx context.Context, addr, path, body string, n int, think time.Duration) (*rawKeepAlive, *sync.WaitGroup) {
 	l := &rawKeepAlive{}
 	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
 		path, addr, len(body), body)
@@ -99,6 +105,7 @@ func startRawKeepAlive(ctx context.Context, addr, path, body string, n int) (*ra
 						time.Sleep(50 * time.Millisecond)
 						continue
 					}
+					l.conns.Add(1)
 					conn, br = c, bufio.NewReader(c)
 				}
 				_ = conn.SetDeadline(time.Now().Add(time.Minute))
@@ -124,9 +131,13 @@ func startRawKeepAlive(ctx context.Context, addr, path, body string, n int) (*ra
 				default:
 					l.ok.Add(1)
 				}
-				if resp != nil && resp.Close {
+				if resp != nil && resp.Close && conn != nil {
 					conn.Close()
 					conn = nil
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(think):
 				}
 			}
 		}()
@@ -146,9 +157,11 @@ func (l *rawKeepAlive) fail(why string) {
 // BenchmarkE2EFrontRoutingChanges is issue 19's keep-alive figure: 32
 // clients that reuse their connections without checking them send
 // fast-tier requests through the front door, and 32 through nginx, in the
-// same run, while the reasoning tier is unrouted and routed again 50 times
-// (its head killed; the supervisor starts it again): 100 routing changes,
-// each an nginx reload. It reports the EOFs and resets each way.
+// same run, each pausing 300 ms between an answer and its next request
+// (its connection idle meanwhile, as a person's client is), while the
+// reasoning tier is unrouted and routed again 50 times (its head killed;
+// the supervisor starts it again): 100 routing changes, each an nginx
+// reload. It reports the EOFs and resets each way.
 func BenchmarkE2EFrontRoutingChanges(b *testing.B) {
 	w := newFrontWorld(b, frontOpts{nginx: true})
 	w.up(1)
@@ -159,8 +172,8 @@ func BenchmarkE2EFrontRoutingChanges(b *testing.B) {
 	body := `{"model":"qwen-a","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
 	for i := 0; i < b.N; i++ {
 		ctx, stop := context.WithCancel(context.Background())
-		fl, fwg := startRawKeepAlive(ctx, strings.TrimPrefix(w.url, "http://"), "/v1/chat/completions", body, 32)
-		nl, nwg := startRawKeepAlive(ctx, nginx, "/v1/chat/completions", body, 32)
+		fl, fwg := startRawKeepAlive(ctx, strings.TrimPrefix(w.url, "http://"), "/v1/chat/completions", body, 32, 300*time.Millisecond)
+		nl, nwg := startRawKeepAlive(ctx, nginx, "/v1/chat/completions", body, 32, 300*time.Millisecond)
 		before := w.routings.Load()
 		const cycles = 50
 		for c := 0; c < cycles; c++ {
@@ -176,8 +189,8 @@ func BenchmarkE2EFrontRoutingChanges(b *testing.B) {
 		fwg.Wait()
 		nwg.Wait()
 		changes := w.routings.Load() - before
-		b.Logf("%d routing changes: front door %d answered, %d failed %v; nginx %d answered, %d failed %v",
-			changes, fl.ok.Load(), fl.failed.Load(), fl.first, nl.ok.Load(), nl.failed.Load(), nl.first)
+		b.Logf("%d routing changes: front door %d answered, %d failed %v, %d connections; nginx %d answered, %d failed %v, %d connections",
+			changes, fl.ok.Load(), fl.failed.Load(), fl.first, fl.conns.Load(), nl.ok.Load(), nl.failed.Load(), nl.first, nl.conns.Load())
 		if fl.failed.Load() > 0 {
 			b.Errorf("%d requests through the front door failed", fl.failed.Load())
 		}
