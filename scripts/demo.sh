@@ -3,11 +3,14 @@
 #
 # Builds and installs the project, installs missing Debian packages, brings up the local
 # 3-node Slurm cluster (scripts/slurm-cluster.sh) and a private nginx serving the shipped
-# site on 127.0.0.1:8080 (fast) and :8081 (reasoning), runs llm-upstreams watch, submits
+# site on 127.0.0.1:8080 (fast) and :8081 (reasoning), runs llm-upstreams watch and the
+# front door (llm-upstreams front, one URL for both tiers on 127.0.0.1:8090), submits
 # both tiers with the fake llama.cpp, waits until nginx answers a chat completion on both
-# ports, then provokes two preemptions with high-priority "VASP" jobs: a one-node job on
-# the fast tier's node while other nodes have room (the keeper releases the requeued job
-# and the tier is back on another node in seconds); then 12 clients load the fast tier
+# ports and the front door answers both models on its one URL, then provokes two
+# preemptions with high-priority "VASP" jobs: a one-node job on the fast tier's node while
+# other nodes have room (the keeper releases the requeued job and the tier is back on
+# another node in seconds; clients of the front door meanwhile wait instead of getting a
+# 503: none fails); then 12 clients load the fast tier
 # through nginx and the keeper grows it to three replicas on the idle nodes, a one-node
 # VASP job takes one replica's node (that replica is gone, the others serve on), and the
 # tier shrinks back to one when the load stops; then a job with a time limit taking every
@@ -24,6 +27,8 @@
 #   scripts/demo.sh [--keep] [--no-preempt]
 #     --keep          leave the tiers, nginx and the watcher running at the end
 #     --no-preempt    stop after the tiers answer (no VASP job)
+#
+# Every answer it prints is checked: an empty or failed answer stops the demo.
 #
 # Environment: DEMO_DIR (default /run/slurm-llm-demo) holds nginx's and the watcher's files.
 set -euo pipefail
@@ -103,7 +108,7 @@ rm -f "$EP_DIR"/*.json
 rm -rf "${DEMO_DIR:?}/state"
 
 jobs_started=()
-watch_pid="" keeper_pid=""
+watch_pid="" keeper_pid="" front_pid=""
 cleanup() {
 	set +e
 	if [ $keep = 1 ]; then
@@ -122,6 +127,7 @@ cleanup() {
 		sleep 1
 	done
 	[ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null && wait "$watch_pid" 2>/dev/null
+	[ -n "$front_pid" ] && kill "$front_pid" 2>/dev/null && wait "$front_pid" 2>/dev/null
 	[ -f "$DEMO_DIR/nginx.pid" ] && nginx -c "$DEMO_DIR/nginx.conf" -s quit 2>/dev/null
 	if [ $cluster_was_up = 0 ]; then scripts/slurm-cluster.sh down >/dev/null; fi
 	info "done; logs are in $STATE/logs and $DEMO_DIR"
@@ -165,6 +171,15 @@ backup = "fast"
 [nginx]
 test = ["nginx", "-t", "-q", "-c", "$DEMO_DIR/nginx.conf"]
 reload = $1
+[front]
+listen = "127.0.0.1:8090"
+metrics_listen = "127.0.0.1:9467"
+access_log = "$DEMO_DIR/front-access.log"
+[front.aliases]
+# The fake names a model as llama-server does: by its -m path. Clients say fast-tiny.
+fast-tiny = "/var/lib/slurm-llm/models/fast-tiny.gguf"
+[front.tiers.reasoning]
+models = ["OR1-Behemoth"]
 EOF
 }
 upstreams_conf '["true"]' >"$DEMO_DIR/upstreams-first.toml"
@@ -179,6 +194,9 @@ fi
 llm-upstreams watch --config "$DEMO_DIR/upstreams.toml" 2>>"$DEMO_DIR/upstreams.log" &
 watch_pid=$!
 info "nginx up; llm-upstreams watch (pid $watch_pid) logs to $DEMO_DIR/upstreams.log"
+llm-upstreams front --config "$DEMO_DIR/upstreams.toml" 2>>"$DEMO_DIR/front.log" &
+front_pid=$!
+info "the front door, one URL for both tiers: llm-upstreams front (pid $front_pid) on 127.0.0.1:8090, logs to $DEMO_DIR/front.log"
 info "before any tier runs, nginx answers:"
 curl -s -i http://127.0.0.1:8080/v1/models | sed -n '1p;/^Retry-After/p;$p' | sed 's/^/             /'
 
@@ -215,10 +233,14 @@ for t in fast reasoning; do
 	info "$t: job $j"
 done
 
-chat() { # chat PORT: one chat completion through nginx; prints the answer's content
-	curl -sf --max-time 20 "http://127.0.0.1:$1/v1/chat/completions" \
-		-H 'Content-Type: application/json' \
-		-d '{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":8}'
+answer() { # answer PORT [MODEL]: one chat completion; prints its content, or stops the demo
+	local body content
+	body=$(curl -sf --max-time 120 "http://127.0.0.1:$1/v1/chat/completions" -H 'Content-Type: application/json' \
+		-d "{\"model\":\"${2:-}\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hello.\"}],\"max_tokens\":8}") ||
+		die "no answer on :$1${2:+ for $2}"
+	content=$(sed -n 's/.*"content":"\([^"]*\)".*/\1/p' <<<"$body")
+	[ -n "$content" ] || die "an empty answer on :$1${2:+ for $2}: $body"
+	printf '%s' "$content"
 }
 served_by() { # served_by PORT TIER: nginx answers on PORT from TIER itself (not a backup)
 	curl -sf --max-time 5 -o /dev/null -D - "http://127.0.0.1:$1/v1/models" | grep -qi "^X-LLM-Tier: $2"
@@ -227,7 +249,24 @@ say "waiting until nginx answers a chat completion on both ports, each from its 
 wait_for "the fast tier through nginx :8080" 120 served_by 8080 fast
 wait_for "the reasoning tier through nginx :8081" 120 served_by 8081 reasoning
 for port in 8080 8081; do
-	info ":$port → $(chat $port | sed -n 's/.*"content":"\([^"]*\)".*/\1/p')"
+	a=$(answer $port)
+	info ":$port → $a"
+done
+say "the front door: one URL (:8090) for both tiers, routed by the request's model"
+front_tier() { # front_tier MODEL: the tier the front door's /v1/models names for MODEL
+	curl -sf --max-time 5 http://127.0.0.1:8090/v1/models |
+		tr '{' '\n' | grep -F "\"id\":\"$1\"" | sed -n 's/.*"tier":"\([^"]*\)".*/\1/p'
+}
+lists_both() { [ "$(front_tier OR1-Behemoth)" = reasoning ] && [ "$(front_tier /var/lib/slurm-llm/models/fast-tiny.gguf)" = fast ]; }
+wait_for "the front door to list both tiers' models" 60 lists_both
+info "GET :8090/v1/models: /var/lib/slurm-llm/models/fast-tiny.gguf (fast), OR1-Behemoth (reasoning); fast-tiny is an alias"
+tier_header() { # tier_header MODEL: the X-LLM-Tier of the front door's answer for MODEL
+	curl -s -o /dev/null -D - --max-time 20 http://127.0.0.1:8090/v1/chat/completions -H 'Content-Type: application/json' \
+		-d "{\"model\":\"$1\",\"messages\":[],\"max_tokens\":1}" | sed -n 's/^X-Llm-Tier: \([a-z]*\).*/\1/ip'
+}
+for m in fast-tiny OR1-Behemoth; do
+	a=$(answer 8090 "$m")
+	info ":8090 $m → $a (X-LLM-Tier: $(tier_header "$m"))"
 done
 say "status"
 llm-supervisor status --endpoint-dir "$EP_DIR" | sed 's/^/           /'
@@ -246,6 +285,16 @@ fast_job=${jobs_started[0]} reasoning_job=${jobs_started[1]}
 fast_node=$(node_of "$fast_job")
 say "partial preemption: a one-CPU VASP job on $fast_node, the fast tier's node; the other nodes have room"
 log_mark=$(wc -l <"$DEMO_DIR/upstreams.log")
+# Meanwhile 10 requests/s go to the front door, each on a new connection, as curl does.
+touch "$DEMO_DIR/front-load.on"
+: >"$DEMO_DIR/front-load.codes"
+(while [ -f "$DEMO_DIR/front-load.on" ]; do
+	curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --max-time 120 http://127.0.0.1:8090/v1/chat/completions \
+		-H 'Content-Type: application/json' -d '{"model":"fast-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":4}' \
+		>>"$DEMO_DIR/front-load.codes" &
+	sleep 0.1
+done; wait) &
+front_load=$!
 vasp1=$(sbatch --parsable -p gpu_vasp -N1 -n1 -w "$fast_node" --job-name=vasp-demo -o "$DEMO_DIR/vasp-%j.out" --wrap 'sleep 600')
 info "vasp job $vasp1 (gpu_vasp, PriorityTier 10): Slurm preempts the smallest gpu_ai job there, fast"
 t_pre=$(ms)
@@ -262,7 +311,16 @@ grep "released requeued job" "$DEMO_DIR/keeper.log" | tail -n1 | sed 's/^/      
 info "and llm-upstreams watch saw the fast tier go (its 503 said each reason in turn):"
 tail -n +"$((log_mark + 1))" "$DEMO_DIR/upstreams.log" | grep -E 'tier state: tier=fast|tier back: tier=fast' |
 	sed -e 's/ llm-upstreams: / /' -e 's/^/             /'
-info ":8080 → $(chat 8080 | sed -n 's/.*"content":"\([^"]*\)".*/\1/p'); reasoning was not touched: $(squeue -h -j "$reasoning_job" -o '%T on %N')"
+a=$(answer 8080)
+info ":8080 → $a; reasoning was not touched: $(squeue -h -j "$reasoning_job" -o '%T on %N')"
+sleep 1
+rm -f "$DEMO_DIR/front-load.on"
+wait "$front_load"
+front_total=$(wc -l <"$DEMO_DIR/front-load.codes")
+front_failed=$(grep -vc '^200 ' "$DEMO_DIR/front-load.codes" || true)
+front_longest=$(sort -k2 -n "$DEMO_DIR/front-load.codes" | tail -n1 | cut -d' ' -f2)
+info "through the front door meanwhile: $front_total requests at 10/s, $front_failed failed; the longest waited ${front_longest} s (held while the tier moved)"
+[ "$front_failed" = 0 ] || die "requests through the front door failed during the partial preemption: $(grep -v '^200 ' "$DEMO_DIR/front-load.codes" | head -n3 | tr '\n' ' ')"
 scancel "$vasp1"
 gone() { [ -z "$(squeue -h -j "$1" 2>/dev/null)" ]; }
 running() { [ "$(squeue -h -j "$1" -o %T)" = RUNNING ]; }
@@ -379,7 +437,11 @@ else
 	keeper_pid=$!
 	t_el=$(ms)
 	wait_for "the elastic tier on 3 nodes" 120 serving_on 3
-	info "serving on 3 of 3 nodes $(since "$t_el") s after the keeper submitted the members; :8081 → $(chat 8081 | sed -n 's/.*"content":"\([^"]*\)".*/\1/p')"
+	# status evaluates on its own: nginx may not have reloaded yet (issue 21: the demo printed
+	# an empty answer here). Ask once nginx routes the tier itself.
+	wait_for "nginx :8081 routing the elastic tier" 30 served_by 8081 reasoning
+	a=$(answer 8081)
+	info "serving on 3 of 3 nodes $(since "$t_el") s after the keeper submitted the members; :8081 → $a"
 	members=$EP_DIR/members/reasoning
 	worker_node=""
 	for f in "$members"/member-*.json; do
@@ -392,7 +454,9 @@ else
 	vasp3=$(sbatch --parsable -p gpu_vasp -N1 -n1 -w "$worker_node" --job-name=vasp-demo -o "$DEMO_DIR/vasp-%j.out" --wrap 'sleep 600')
 	t_pre=$(ms)
 	wait_for "the tier on 2 nodes" 120 serving_on 2
-	info "serving on 2 of 3 nodes $(since "$t_pre") s after the VASP job was submitted (VASP: $(squeue -h -j "$vasp3" -o %T)); nginx :8081 → $(chat 8081 | sed -n 's/.*"content":"\([^"]*\)".*/\1/p')"
+	wait_for "nginx :8081 routing the elastic tier" 30 served_by 8081 reasoning
+	a=$(answer 8081)
+	info "serving on 2 of 3 nodes $(since "$t_pre") s after the VASP job was submitted (VASP: $(squeue -h -j "$vasp3" -o %T)); nginx :8081 → $a"
 	llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | grep '^reasoning .*routed' | sed 's/^/             /'
 	scancel "$vasp3"
 	t_back=$(ms)

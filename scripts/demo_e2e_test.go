@@ -45,6 +45,10 @@ func TestDemoE2E(t *testing.T) {
 	want := []string{
 		":8080 → ",                // fast answered through nginx
 		":8081 → ",                // reasoning answered through nginx
+		":8090 fast-tiny → ",      // the front door: one URL, the fast model
+		":8090 OR1-Behemoth → ",   // and the reasoning model
+		"X-LLM-Tier: reasoning)",  // each from its own tier
+		", 0 failed; the longest", // a partial preemption no front-door client saw
 		"fast is back on node",    // the partial preemption: back elsewhere
 		"released requeued job",   // by the keeper's release
 		"Retry-After:",            // the preempted tier's 503 carried Retry-After
