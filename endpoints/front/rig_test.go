@@ -26,7 +26,7 @@ import (
 // testHead is a stand-in llama-server head: it lists models, answers
 // chat completions whole or streamed, and misbehaves on request.
 type testHead struct {
-	t      *testing.T
+	t      testing.TB
 	tier   string
 	job    string
 	models []string
@@ -41,7 +41,7 @@ type testHead struct {
 	modelsDoc string        // /v1/models answer; "" lists models in the OpenAI shape
 }
 
-func newTestHead(t *testing.T, tier, job string, models ...string) *testHead {
+func newTestHead(t testing.TB, tier, job string, models ...string) *testHead {
 	h := &testHead{t: t, tier: tier, job: job, models: models, left: make(chan struct{})}
 	h.srv = httptest.NewServer(http.HandlerFunc(h.serve))
 	t.Cleanup(h.srv.Close)
@@ -139,7 +139,7 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 
 // rig is a front door in an httptest server, fed tables by hand.
 type rig struct {
-	t   *testing.T
+	t   testing.TB
 	s   *Server
 	srv *httptest.Server
 	log *syncBuf
@@ -177,7 +177,7 @@ func (o *sendOrder) order() []string {
 	return append([]string(nil), o.tags...)
 }
 
-func newRig(t *testing.T, edit func(*upstreams.FrontConfig)) *rig {
+func newRig(t testing.TB, edit func(*upstreams.FrontConfig)) *rig {
 	cfg := upstreams.DefaultFrontConfig()
 	cfg.Tiers["fast"] = upstreams.DefaultFrontTier
 	cfg.Tiers["reasoning"] = upstreams.DefaultFrontTier

@@ -35,9 +35,11 @@ type HoldInput struct {
 // can succeed: the view's estimate falls before the deadline; or the tier
 // is in a step that takes seconds and has no estimate (loading, a re-plan,
 // overdue); or the outage is young enough that Slurm may not have an
-// estimate yet. It is answered at once when the view says the tier will
-// not be back by itself (disabled, held, not queued, its file refused, the
-// scheduler does not answer) or not in time.
+// estimate yet (also when nothing is known: the scheduler does not answer,
+// or is not asked, and no file says why; a re-plan's head is between
+// files). It is answered at once when the view says the tier will not be
+// back by itself (disabled, held, not queued, its file refused, its job
+// ended) or not in time.
 func Decide(in HoldInput) Verdict {
 	v := in.View
 	switch {
@@ -64,11 +66,10 @@ func Decide(in HoldInput) Verdict {
 }
 
 // final reports whether a reason means the tier does not come back by
-// itself soon: a person must act, or nothing is known.
+// itself soon: a person must act, or its job ended.
 func final(reason string) bool {
 	switch reason {
-	case upstreams.ReasonDisabled, upstreams.ReasonHeld, upstreams.ReasonNotQueued, upstreams.ReasonRefused,
-		upstreams.ReasonUnknown, upstreams.ReasonNoEndpoint:
+	case upstreams.ReasonDisabled, upstreams.ReasonHeld, upstreams.ReasonNotQueued, upstreams.ReasonRefused:
 		return true
 	}
 	return strings.HasPrefix(reason, "disabled") || strings.HasPrefix(reason, "held") ||

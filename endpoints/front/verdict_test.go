@@ -1,6 +1,7 @@
 package front
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -40,8 +41,10 @@ func TestDecide(t *testing.T) {
 		{"held otherwise", down("held: JobHeldUser", nil), 0, 30 * time.Second, false},
 		{"not queued", down(upstreams.ReasonNotQueued, nil), 0, 30 * time.Second, false},
 		{"file refused", down(upstreams.ReasonRefused, nil), 0, 30 * time.Second, false},
-		{"scheduler silent", down(upstreams.ReasonUnknown, nil), 0, 30 * time.Second, false},
-		{"nothing known", down(upstreams.ReasonNoEndpoint, nil), 0, 30 * time.Second, false},
+		{"scheduler silent, early", down(upstreams.ReasonUnknown, nil), time.Second, 30 * time.Second, true},
+		{"scheduler silent, late", down(upstreams.ReasonUnknown, nil), time.Minute, 30 * time.Second, false},
+		{"nothing known, early (a re-plan between files, no scheduler)", down(upstreams.ReasonNoEndpoint, nil), time.Second, 30 * time.Second, true},
+		{"nothing known, late", down(upstreams.ReasonNoEndpoint, nil), time.Minute, 30 * time.Second, false},
 		{"job failed", down("job FAILED", nil), 0, 30 * time.Second, false},
 		{"disabled beats an estimate", down(upstreams.ReasonDisabled, at(time.Second)), 0, 30 * time.Second, false},
 	} {
@@ -52,4 +55,38 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkHoldAnswers is issue 19's figure for the two ends of a hold:
+// a request whose tier is known to be out for an hour gets its 503 at once
+// (goal: within 50 ms), and one held for a tier that does not come back
+// in time gets it at the end of its hold (here 200 ms), not later.
+func BenchmarkHoldAnswers(b *testing.B) {
+	r := newRig(b, func(c *upstreams.FrontConfig) {
+		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: 2 * time.Minute, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
+	})
+	back := time.Now().Add(time.Hour)
+	out := []upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonPreempted, ExpectedBack: &back, RetryAfter: 3600}}
+	loading := []upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}}
+	var atOnce, late []time.Duration
+	for i := 0; i < b.N; i++ {
+		r.route(out)
+		start := time.Now()
+		if code, _, _ := r.do("OR1-Behemoth", "x"); code != 503 {
+			b.Fatalf("out for an hour: got %d", code)
+		}
+		atOnce = append(atOnce, time.Since(start))
+		r.route(loading)
+		start = time.Now()
+		if code, _, _ := r.do("OR1-Behemoth", "x", HoldHeader, "200ms"); code != 503 {
+			b.Fatalf("held 200 ms: got %d", code)
+		}
+		late = append(late, time.Since(start)-200*time.Millisecond)
+	}
+	slices.Sort(atOnce)
+	slices.Sort(late)
+	b.ReportMetric(float64(atOnce[len(atOnce)/2])/1e6, "ms-out-for-an-hour-median")
+	b.ReportMetric(float64(atOnce[len(atOnce)-1])/1e6, "ms-out-for-an-hour-max")
+	b.ReportMetric(float64(late[len(late)/2])/1e6, "ms-past-the-hold-median")
+	b.ReportMetric(float64(late[len(late)-1])/1e6, "ms-past-the-hold-max")
 }
