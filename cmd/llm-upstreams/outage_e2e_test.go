@@ -133,3 +133,41 @@ func TestE2EOutageSyncNotStarved(t *testing.T) {
 		t.Errorf("%d squeue calls in 10 s of outage, want at most 4 (backoff)", len(times))
 	}
 }
+
+// Regression (issue 21): with slurmctld unreachable every sync took two
+// squeue timeouts (~19 s with squeue's own retries): the tier questions,
+// then the check of the ready file's job. One call now serves the pass.
+func TestE2EOutageSyncAsksOnce(t *testing.T) {
+	calls := deadSqueue(t)
+	root := t.TempDir()
+	epDir, out := filepath.Join(root, "endpoints"), filepath.Join(root, "out")
+	for _, d := range []string{epDir, out} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UTC()
+	e := endpoints.Endpoint{Schema: endpoints.SchemaVersion, Tier: "fast", JobID: "4243", Host: "127.0.0.1", Port: 9,
+		State: endpoints.StateReady, Node: "node1", PID: 1, StartedAt: now, Heartbeat: now, LeaseExpires: now.Add(time.Hour)}
+	if err := endpoints.Write(epDir, e); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(root, "sync.toml")
+	text := fmt.Sprintf("endpoint_dir = %q\noutput_dir = %q\nlock_file = %q\nkeeper_config = \"\"\n%s"+
+		"[nginx]\ntest = [\"true\"]\nreload = [\"true\"]\n[tiers.fast]\n",
+		epDir, out, filepath.Join(root, "lock"), anyOwnerAnyNetwork)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var errb bytes.Buffer
+	if c := run([]string{"sync", "--config", conf}, io.Discard, &errb); c != exitOK {
+		t.Fatalf("sync in the outage: exit %d\n%s", c, errb.String())
+	}
+	took := time.Since(start)
+	n := len(callTimes(t, calls))
+	t.Logf("sync in an outage: %d squeue call(s), %.1f s", n, took.Seconds())
+	if n != 1 {
+		t.Errorf("%d squeue calls in one sync pass during an outage, want 1", n)
+	}
+}

@@ -256,3 +256,45 @@ func TestWatchFirstPassAsksFirst(t *testing.T) {
 		return true
 	})
 }
+
+// countingJobs is a scheduler that fails, counting its calls.
+type countingJobs struct {
+	mu    sync.Mutex
+	calls int
+	err   error
+}
+
+func (c *countingJobs) Jobs(context.Context, []string) (map[string]Job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	return nil, c.err
+}
+
+// Regression (issue 21): in a controller outage every sync pass took 19 s,
+// two scheduler questions one after the other (the tier questions, then
+// the check of the ready files' jobs), each waiting out squeue's retries.
+// One answer "the controller is down" serves the pass: one call.
+func TestSyncInAnOutageAsksOnce(t *testing.T) {
+	cfg := testConfig(t)
+	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
+		t.Fatal(err)
+	}
+	down := errors.New("slurm_load_jobs error: Unable to contact slurm controller")
+	sched, q := &countingJobs{err: down}, &fakeQueue{err: down}
+	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Scheduler: sched, Queue: q, Now: func() time.Time { return t0 }})
+	rep, err := u.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	calls := sched.calls + q.calls
+	q.mu.Unlock()
+	if calls != 1 || rep.SchedulerError == "" {
+		t.Errorf("%d scheduler calls (check %d, tier questions %d), scheduler error %q; want 1 call, its error reported",
+			calls, sched.calls, q.calls, rep.SchedulerError)
+	}
+	if len(rep.Decisions) != 1 || !rep.Decisions[0].Live || !rep.Decisions[0].Unverified {
+		t.Errorf("the ready file in an outage: %+v; want routed, unverified", rep.Decisions)
+	}
+}

@@ -47,10 +47,14 @@ type tierMem struct {
 	OutageCause string    `json:"outage_cause,omitempty"`
 }
 
-// preemptMark says which job was preempted, and when it was first seen so.
+// preemptMark says which job was preempted, and when it was first seen
+// so; Restarts is the restart count of the run that was preempted, so that
+// a listing from before its requeue (that run still RUNNING) is not taken
+// for the next run starting.
 type preemptMark struct {
-	Job string    `json:"job"`
-	At  time.Time `json:"at"`
+	Job      string    `json:"job"`
+	At       time.Time `json:"at"`
+	Restarts int       `json:"restarts"`
 }
 
 // PreemptedAt is when the tier was preempted; zero when it was not.
@@ -105,14 +109,14 @@ func observeTier(m tierMem, in observeInput) tierMem {
 			m.Nodes, m.NodesJob, m.Partition = j.NodeList, j.ID, j.Partition
 		}
 		if !j.Preempt.IsZero() && (m.Preempted == nil || m.Preempted.Job != j.ID) {
-			m.Preempted = &preemptMark{Job: j.ID, At: j.Preempt}
+			m.Preempted = &preemptMark{Job: j.ID, At: j.Preempt, Restarts: j.Restarts}
 		}
 	}
 	for _, d := range in.Decisions {
 		e := d.Endpoint
 		if e.State == endpoints.StateDraining && e.Reason == "preempted" && !in.Now.After(e.LeaseExpires) &&
 			(m.Preempted == nil || m.Preempted.Job != e.JobID) {
-			m.Preempted = &preemptMark{Job: e.JobID, At: in.Now}
+			m.Preempted = &preemptMark{Job: e.JobID, At: in.Now, Restarts: e.RestartCount}
 		}
 	}
 	if !in.Own {

@@ -30,7 +30,7 @@ func TestObserveTier(t *testing.T) {
 	step(observeInput{Jobs: []slurm.QueuedJob{tierJobAt(slurm.JobRunning, "None", func(j *slurm.QueuedJob) {
 		j.NodeList, j.Preempt = "node1", t0.Add(-3*time.Second)
 	})}})
-	want := tierMem{Nodes: "node1", NodesJob: "7", Partition: "gpu_ai", Preempted: &preemptMark{Job: "7", At: t0.Add(-3 * time.Second)}}
+	want := tierMem{Nodes: "node1", NodesJob: "7", Partition: "gpu_ai", Preempted: &preemptMark{Job: "7", At: t0.Add(-3 * time.Second), Restarts: 1}}
 	if d := cmp.Diff(want, m); d != "" {
 		t.Fatalf("after the preemption (-want +got):\n%s", d)
 	}

@@ -46,9 +46,11 @@ const (
 	// ReasonReplanning: an elastic tier's head stops to start again on the
 	// members it has (one was taken, lost, or came back).
 	ReasonReplanning = "re-planning: reloading on the nodes the tier has"
-	ReasonRefused    = "not routed: its endpoint was refused (see llm-upstreams status)"
-	ReasonUnknown    = "unknown: the scheduler does not answer"
-	ReasonNoAnswer   = "no inference endpoint answered"
+	// ReasonRefused starts the reason of a tier whose job runs but whose
+	// endpoint file is refused; the file and why follow.
+	ReasonRefused  = "not routed: its endpoint file is refused"
+	ReasonUnknown  = "unknown: the scheduler does not answer"
+	ReasonNoAnswer = "no inference endpoint answered"
 	// ReasonNoEndpoint: nothing live, and the scheduler is not asked.
 	ReasonNoEndpoint = "no live endpoint"
 )
@@ -122,6 +124,9 @@ type viewInput struct {
 	ServedBy string
 	// Decisions are the tier's entries as the pass decided them.
 	Decisions []endpoints.Decision
+	// Rejected are the tier's files (by name) the scan refused unread or
+	// unparsed (owner, mode, content).
+	Rejected []endpoints.Rejected
 	// Asked: the scheduler's queue was asked (a queue is configured);
 	// QueueErr: it did not answer. Jobs are the tier's jobs it listed.
 	Asked    bool
@@ -197,6 +202,9 @@ func reasonAndStart(in viewInput, job slurm.QueuedJob, hasJob bool, p *Preemptor
 	if why, start, ok := fromFiles(in); ok {
 		return why, start, false
 	}
+	if why, ok := refusal(in); ok {
+		return why, nil, false
+	}
 	if in.Asked && in.QueueErr != nil {
 		return ReasonUnknown, nil, false
 	}
@@ -233,11 +241,10 @@ func reasonFromSlurm(in viewInput, job slurm.QueuedJob, hasJob bool) (string, *t
 		}
 		return "held: " + job.Reason, nil
 	case job.State == slurm.JobRunning || job.State == slurm.JobSignaling || job.State == "CONFIGURING":
-		if !job.Preempt.IsZero() {
+		if !job.Preempt.IsZero() || stillPreempted(in.Mem, job.ID, job.Restarts) {
+			// A listing from before the requeue shows the preempted run
+			// still RUNNING: it is not the next run starting.
 			return ReasonPreempted, nil
-		}
-		if refused(in.Decisions) {
-			return ReasonRefused, nil
 		}
 		return ReasonStarting, timePtr(job.Start)
 	case job.State == slurm.JobCompleting:
@@ -263,7 +270,10 @@ func fromFiles(in viewInput) (string, *time.Time, bool) {
 		case endpoints.StateStarting:
 			return ReasonStarting, timePtr(e.StartedAt), true
 		case endpoints.StateDraining:
-			if e.Reason == "preempted" {
+			if e.Reason == "preempted" || (e.Reason == "shutdown" && preemptedRun(in, e.JobID, e.RestartCount)) {
+				// "shutdown": the supervisor drains at its notice and
+				// names the cause once Slurm told it; Slurm may already
+				// have told the controller.
 				return ReasonPreempted, nil, true
 			}
 			if strings.HasPrefix(e.Reason, "re-planning") {
@@ -276,16 +286,54 @@ func fromFiles(in viewInput) (string, *time.Time, bool) {
 	return "", nil, false
 }
 
-// refused reports whether a ready file of the tier is kept from routing by
-// a check (owner, network, name).
-func refused(ds []endpoints.Decision) bool {
-	for _, d := range ds {
-		if d.Endpoint.State == endpoints.StateReady && !d.Live && d.Why != endpoints.WhyExpired &&
+// refusal is the reason of a tier whose endpoint file is refused: a ready
+// file kept from routing by a check (the job's owner or name, the network,
+// the tier not configured), or a file of the tier's name the scan refused
+// (its owner, mode, content). It names the file and why, so that the 503
+// and status say what the file table says.
+func refusal(in viewInput) (string, bool) {
+	for _, d := range in.Decisions {
+		if d.Endpoint.State == endpoints.StateReady && !d.Live && !in.Now.After(d.Endpoint.LeaseExpires) &&
 			d.Why != endpoints.WhySuperseded && d.Why != WhyAwaitingScheduler && d.Why != endpoints.WhyOldTerm {
+			return ReasonRefused + " (" + d.File + ": " + d.Why + ")", true
+		}
+	}
+	for _, r := range in.Rejected {
+		return ReasonRefused + " (" + r.File + ": " + r.Reason + ")", true
+	}
+	return "", false
+}
+
+// stillPreempted reports whether the memory says run restarts of job was
+// preempted (and it has not been routed since).
+func stillPreempted(m tierMem, job string, restarts int) bool {
+	return m.Preempted != nil && m.Preempted.Job == job && restarts <= m.Preempted.Restarts
+}
+
+// preemptedRun reports whether run restarts of job is known preempted: the
+// memory says so, or Slurm lists the job with its PreemptTime.
+func preemptedRun(in viewInput, job string, restarts int) bool {
+	if stillPreempted(in.Mem, job, restarts) {
+		return true
+	}
+	for _, j := range in.Jobs {
+		if j.ID == job && !j.Preempt.IsZero() && j.Restarts <= restarts {
 			return true
 		}
 	}
 	return false
+}
+
+// TierFileName reports whether name is the name of one of tier's endpoint
+// files (<tier>-<job id>.json), for rejected files, whose content says
+// nothing.
+func TierFileName(tier, name string) bool {
+	rest, ok := strings.CutPrefix(name, tier+"-")
+	if !ok {
+		return false
+	}
+	id, ok := strings.CutSuffix(rest, ".json")
+	return ok && endpoints.CheckJobID(id) == nil
 }
 
 // noEstimate: Slurm gives a start a year or more ahead when it has no idea

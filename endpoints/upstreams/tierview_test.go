@@ -48,6 +48,19 @@ func fileIn(st endpoints.State, reason string, started time.Time) endpoints.Deci
 
 func tp(t time.Time) *time.Time { return &t }
 
+// runOf is d written by the run of restart count n.
+func runOf(d endpoints.Decision, n int) endpoints.Decision {
+	d.Endpoint.RestartCount = n
+	return d
+}
+
+// refusedFile is tier fast's ready file, kept from routing for why.
+func refusedFile(why string) endpoints.Decision {
+	d := fileIn(endpoints.StateReady, "", t0.Add(-time.Minute))
+	d.Why = why
+	return d
+}
+
 func TestComputeView(t *testing.T) {
 	releasing := keeperTier{Known: true, Enabled: true, By: "config", Release: true}
 	tests := []struct {
@@ -88,6 +101,38 @@ func TestComputeView(t *testing.T) {
 		{name: "starting, never measured: unknown", in: viewInput{Asked: true,
 			Decisions: []endpoints.Decision{fileIn(endpoints.StateStarting, "", t0.Add(-5*time.Second))}},
 			want: TierView{State: StateDown, Reason: ReasonStarting, RetryAfter: 30}},
+		// Regression (issue 21): right after a preemption the 503 said
+		// "starting: loading the model" for ~3 s: the file was gone and a
+		// listing from before the requeue showed the preempted run RUNNING.
+		{name: "preempted, its file gone, a listing from before the requeue: preempted, not starting", in: viewInput{Asked: true,
+			Mem:  tierMem{Ready: []float64{20}, Preempted: &preemptMark{Job: "7", At: t0.Add(-2 * time.Second), Restarts: 1}},
+			Jobs: []slurm.QueuedJob{tierJobAt(slurm.JobRunning, "None", func(j *slurm.QueuedJob) { j.Start = t0.Add(-time.Hour) })}},
+			want: TierView{State: StateDown, Reason: ReasonPreempted, Job: "7", JobState: "RUNNING", JobReason: "None", RetryAfter: 30}},
+		{name: "the next run of a preempted job running: starting", in: viewInput{Asked: true,
+			Mem:  tierMem{Ready: []float64{20}, Preempted: &preemptMark{Job: "7", At: t0.Add(-9 * time.Second), Restarts: 1}},
+			Jobs: []slurm.QueuedJob{tierJobAt(slurm.JobRunning, "None", func(j *slurm.QueuedJob) { j.Restarts, j.Start = 2, t0.Add(-time.Second) })}},
+			want: TierView{State: StateDown, Reason: ReasonStarting, Job: "7", JobState: "RUNNING", JobReason: "None",
+				ExpectedBack: tp(t0.Add(19 * time.Second)), RetryAfter: 10}},
+		// Regression (issue 21): the log said stopping → starting →
+		// preempted at every preemption: the supervisor drains at once
+		// ("shutdown") and names the cause when Slurm told it.
+		{name: "draining at the notice, Slurm already shows the preemption: preempted", in: viewInput{Asked: true,
+			Decisions: []endpoints.Decision{runOf(fileIn(endpoints.StateDraining, "shutdown", t0.Add(-time.Hour)), 1)},
+			Jobs:      []slurm.QueuedJob{tierJobAt(slurm.JobRunning, "None", func(j *slurm.QueuedJob) { j.Preempt = t0.Add(-time.Second) })}},
+			want: TierView{State: StateDown, Reason: ReasonPreempted, Job: "7", JobState: "RUNNING", JobReason: "None", RetryAfter: 30}},
+		{name: "draining at the notice, no preemption known: stopping", in: viewInput{Asked: true,
+			Decisions: []endpoints.Decision{fileIn(endpoints.StateDraining, "shutdown", t0.Add(-time.Hour))},
+			Jobs:      []slurm.QueuedJob{tierJobAt(slurm.JobRunning, "None", nil)}},
+			want: TierView{State: StateDown, Reason: ReasonStopping, Job: "7", JobState: "RUNNING", JobReason: "None", RetryAfter: 30}},
+		// Regression (issue 21): a file refused for its job's name read as
+		// "not queued: no job for this tier" (the job, named otherwise, is
+		// not the tier's), while status's file table said why.
+		{name: "its ready file refused for its job's name: says so, and why", in: viewInput{Asked: true,
+			Decisions: []endpoints.Decision{refusedFile(`job named "llm-fst", not "llm-fast"`)}},
+			want: TierView{State: StateDown, Reason: ReasonRefused + ` (fast-7.json: job named "llm-fst", not "llm-fast")`, RetryAfter: 30}},
+		{name: "a file of the tier refused by the scan: says so, and why", in: viewInput{Asked: true,
+			Rejected: []endpoints.Rejected{{File: "fast-7.json", Reason: "owned by uid 1001, not an allowed owner"}}},
+			want: TierView{State: StateDown, Reason: ReasonRefused + " (fast-7.json: owned by uid 1001, not an allowed owner)", RetryAfter: 30}},
 		{name: "draining for a preemption", in: viewInput{Asked: true,
 			Decisions: []endpoints.Decision{fileIn(endpoints.StateDraining, "preempted", t0.Add(-time.Hour))}},
 			want: TierView{State: StateDown, Reason: ReasonPreempted, RetryAfter: 30}},

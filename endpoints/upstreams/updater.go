@@ -278,7 +278,7 @@ func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 	u.checkJobs(rep.Decisions, jobs, pending, res.owners)
 	live := u.resolve(ctx, rep.Decisions)
 	specs := u.cfg.TierSpecs()
-	rep.Views, u.next = u.tierViews(specs, rep.Decisions, live, now)
+	rep.Views, u.next = u.tierViews(specs, rep.Decisions, res.scan.Rejected, live, now)
 	u.views, u.decisions = rep.Views, rep.Decisions
 	for i := range specs {
 		specs[i].RetryAfter = rep.Views[i].RetryAfter
@@ -357,18 +357,19 @@ func (u *Updater) schedulerDue(entries []endpoints.Entry, now time.Time) ([]stri
 }
 
 // askIfDue scans the endpoint dir and, when a call is due, asks the
-// scheduler and keeps its answer. It takes no lock.
+// scheduler and keeps its answer; then the tier questions, unless the
+// scheduler just did not answer: in a controller outage one call's
+// timeout serves the pass (the views say the scheduler is unknown), not
+// two in a row. It takes no lock.
 func (u *Updater) askIfDue(ctx context.Context) {
+	if res, err := u.scan(); err == nil { // else the pass reports it
+		if ids, due := u.schedulerDue(res.scan.Entries, u.opts.Now()); due {
+			jobs, err := askScheduler(ctx, u.opts.Scheduler, u.cfg.Scheduler.Timeout, ids)
+			u.keepAnswer(ids, jobs, err)
+		}
+	}
 	if names, running, parts, due := u.tiersDue(u.opts.Now()); due {
 		u.keepTierAnswer(askTiers(ctx, u.opts.Queue, u.cfg.Scheduler.Timeout, names, running, parts, u.opts.Now))
-	}
-	res, err := u.scan()
-	if err != nil {
-		return // the pass reports it
-	}
-	if ids, due := u.schedulerDue(res.scan.Entries, u.opts.Now()); due {
-		jobs, err := askScheduler(ctx, u.opts.Scheduler, u.cfg.Scheduler.Timeout, ids)
-		u.keepAnswer(ids, jobs, err)
 	}
 }
 

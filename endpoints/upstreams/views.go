@@ -67,8 +67,8 @@ func (u *Updater) loadMemOnce() {
 
 // tierViews computes each tier's view (in specs' order) and the tier
 // memory after this pass (not yet current: see commitMem).
-func (u *Updater) tierViews(specs []endpoints.TierSpec, ds []endpoints.Decision, live map[string][]endpoints.Server,
-	now time.Time) ([]TierView, map[string]tierMem) {
+func (u *Updater) tierViews(specs []endpoints.TierSpec, ds []endpoints.Decision, rejected []endpoints.Rejected,
+	live map[string][]endpoints.Server, now time.Time) ([]TierView, map[string]tierMem) {
 	u.loadMemOnce()
 	mem := cloneMem(u.mem)
 	keep := u.keeperTiers()
@@ -101,7 +101,13 @@ func (u *Updater) tierViews(specs []endpoints.TierSpec, ds []endpoints.Decision,
 		m := observeTier(mem[ts.Name], observeInput{Own: own, Live: liveOnly(byTier[ts.Name]), Decisions: byTier[ts.Name],
 			Jobs: seen, WatchStart: u.started, Now: now, Samples: u.cfg.Outage.ReadySamples})
 		mem[ts.Name] = m
-		views = append(views, computeView(viewInput{Tier: ts.Name, Own: own, ServedBy: servedBy, Decisions: byTier[ts.Name],
+		var rej []endpoints.Rejected
+		for _, r := range rejected {
+			if TierFileName(ts.Name, r.File) {
+				rej = append(rej, r)
+			}
+		}
+		views = append(views, computeView(viewInput{Tier: ts.Name, Own: own, ServedBy: servedBy, Decisions: byTier[ts.Name], Rejected: rej,
 			Asked: asked, QueueErr: ans.err, Jobs: jobs, Running: ans.running, Partitions: u.tiers.parts,
 			Keeper: keep[ts.Name], Mem: m, Now: now, Cfg: u.cfg.Outage}))
 	}
