@@ -39,6 +39,13 @@ type availWorld struct {
 	last     upstreams.Report
 	routedAt map[string]time.Time // "job/restart" → first pass that routed that run
 	released map[string][]time.Time
+	reasons  []seenReason // the fast tier's view, each change of reason
+}
+
+// seenReason is a reason the tier's view gave from a pass on.
+type seenReason struct {
+	at     time.Time
+	reason string
 }
 
 // newAvailWorld builds the binaries, writes the configs and starts the
@@ -116,6 +123,11 @@ func (w *availWorld) observe(rep upstreams.Report, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last = rep
+	for _, v := range rep.Views {
+		if v.Tier == "fast" && (len(w.reasons) == 0 || w.reasons[len(w.reasons)-1].reason != v.Reason) {
+			w.reasons = append(w.reasons, seenReason{at, v.Reason})
+		}
+	}
 	for _, d := range rep.Decisions {
 		key := fmt.Sprintf("%s/%d", d.Endpoint.JobID, d.Endpoint.RestartCount)
 		if _, seen := w.routedAt[key]; d.Live && !seen {
@@ -213,6 +225,8 @@ func (w *availWorld) cancel(id string) {
 // cycleFigures is one partial preemption.
 type cycleFigures struct {
 	from, to         string
+	preempted        time.Time // the science job submitted
+	requeued         time.Time // the requeue seen in squeue
 	requeueToRelease time.Duration
 	requeueToReady   time.Duration
 	requeueToRouted  time.Duration
@@ -224,7 +238,7 @@ type cycleFigures struct {
 // other nodes are free and measures how fast the tier comes back elsewhere.
 func (w *availWorld) partialCycle(job slurm.QueuedJob) (cycleFigures, slurm.QueuedJob) {
 	w.t.Helper()
-	f := cycleFigures{from: job.NodeList}
+	f := cycleFigures{from: job.NodeList, preempted: time.Now()}
 	vasp := w.preempt("-N1", "--exclusive", "-w", job.NodeList)
 	var requeued time.Time
 	var hold time.Time
@@ -240,6 +254,7 @@ func (w *availWorld) partialCycle(job slurm.QueuedJob) (cycleFigures, slurm.Queu
 		j := js[0]
 		if j.Restarts > job.Restarts && (j.State == slurm.JobCompleting || j.State == slurm.JobPending) {
 			requeued = time.Now()
+			f.requeued = requeued
 			return true
 		}
 		return false
@@ -317,6 +332,21 @@ func TestE2EPartialPreemptionComesBackElsewhere(t *testing.T) {
 	if next.Restarts != job.Restarts+1 {
 		t.Errorf("restarts %d → %d", job.Restarts, next.Restarts)
 	}
+	// Regression (issue 21): right after the preemption the 503 said
+	// "starting: loading the model" (a listing from before the requeue)
+	// until Slurm's answer caught up. Until the requeue, nothing starts.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var seen []string
+	for _, r := range w.reasons {
+		if !r.at.Before(f.preempted) && r.at.Before(f.requeued) {
+			seen = append(seen, fmt.Sprintf("+%.2fs %s", r.at.Sub(f.preempted).Seconds(), r.reason))
+			if r.reason == upstreams.ReasonStarting {
+				t.Errorf("the view said %q before the requeue (reasons seen: %q)", r.reason, seen)
+			}
+		}
+	}
+	t.Logf("reasons from the science job's sbatch to the requeue (%.2fs): %q", f.requeued.Sub(f.preempted).Seconds(), seen)
 }
 
 // BenchmarkE2EPartialPreemption prints how fast the tier is back after a

@@ -41,6 +41,12 @@ type tierAsk struct {
 	partsAt  time.Time
 	failures int
 	retryAt  time.Time
+	// now asks again at once (not waiting for the sweep): a tier's file
+	// began to drain without saying why ("shutdown": its supervisor asks
+	// Slurm too), and Slurm's answer names the cause. asked holds the runs
+	// already asked about, so that one drain asks once.
+	now      bool
+	askedFor map[string]bool
 }
 
 // due reports whether to ask at now: every maxAge while every tier is
@@ -52,6 +58,8 @@ func (a *tierAsk) due(now time.Time, anyDown bool, maxAge, sweep time.Duration) 
 		return true
 	case a.last.err != nil:
 		return !now.Before(a.retryAt)
+	case a.now:
+		return true
 	case anyDown:
 		return now.Sub(a.last.at) >= sweep
 	}
@@ -60,7 +68,7 @@ func (a *tierAsk) due(now time.Time, anyDown bool, maxAge, sweep time.Duration) 
 
 // record keeps an answer; a failure starts or lengthens the backoff.
 func (a *tierAsk) record(ans tierAnswer, maxAge, backoffMax time.Duration) {
-	a.asked = true
+	a.asked, a.now = true, false
 	if ans.err != nil {
 		a.failures++
 		a.retryAt = ans.at.Add(backoff(a.failures, maxAge, backoffMax))

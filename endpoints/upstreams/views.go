@@ -83,6 +83,7 @@ func (u *Updater) tierViews(specs []endpoints.TierSpec, ds []endpoints.Decision,
 		// answer is no longer news.
 		ans = tierAnswer{err: u.sched.err, at: ans.at}
 	}
+	u.askAboutDrains(ds)
 	views := make([]TierView, 0, len(specs))
 	for _, ts := range specs {
 		own := len(live[ts.Name]) > 0
@@ -112,6 +113,27 @@ func (u *Updater) tierViews(specs []endpoints.TierSpec, ds []endpoints.Decision,
 			Keeper: keep[ts.Name], Mem: m, Now: now, Cfg: u.cfg.Outage}))
 	}
 	return views, mem
+}
+
+// askAboutDrains asks the tier questions at once (not at the next sweep)
+// when a file began to drain without saying why ("shutdown": its
+// supervisor asks Slurm too): Slurm's answer tells a preemption from an
+// end, so the 503 says "preempted" a fraction of a second later rather
+// than a sweep later. Once per run.
+func (u *Updater) askAboutDrains(ds []endpoints.Decision) {
+	seen := map[string]bool{}
+	for _, d := range ds {
+		e := d.Endpoint
+		if e.State != endpoints.StateDraining || e.Reason != "shutdown" {
+			continue
+		}
+		key := d.File + " " + e.RunID
+		seen[key] = true
+		if !u.tiers.askedFor[key] {
+			u.tiers.now = true
+		}
+	}
+	u.tiers.askedFor = seen
 }
 
 // tierJobs keeps the listed jobs that are tier's: its job name, and an

@@ -244,3 +244,41 @@ func TestTierQuestionsWaitForTheSchedulerCheck(t *testing.T) {
 		t.Errorf("view while the scheduler check fails: reason %q, want %q", v.Reason, ReasonUnknown)
 	}
 }
+
+// A file that begins to drain without saying why ("shutdown", at its
+// supervisor's notice) makes the next pass ask Slurm at once rather than
+// at the next sweep: its answer tells a preemption from an end (issue 21:
+// the 503 said "stopping" for up to a sweep before "preempted"). Once per
+// run.
+func TestADrainAsksSlurmAtOnce(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.SweepInterval = time.Hour
+	q := &fakeQueue{}
+	now := t0
+	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Queue: q, Now: func() time.Time { return now }})
+	pass := func() int {
+		t.Helper()
+		if _, err := u.Pass(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.calls
+	}
+	first := pass()
+	e := testEndpoint("fast", "7", "10.0.0.1", 8080)
+	e.State, e.Reason, e.RunID = endpoints.StateDraining, "shutdown", "0123456789abcdef"
+	if err := endpoints.Write(cfg.EndpointDir, e); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(10 * time.Millisecond)
+	seen := pass() // sees the drain; the answer it has is fresh
+	now = t0.Add(20 * time.Millisecond)
+	asked := pass()
+	now = t0.Add(30 * time.Millisecond)
+	again := pass()
+	if seen != first || asked == first || again != asked {
+		t.Errorf("tier questions after passes: %d, %d (the drain seen), %d, %d; want the pass after the drain to ask once",
+			first, seen, asked, again)
+	}
+}
