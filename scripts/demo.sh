@@ -329,7 +329,7 @@ wait_for "the VASP job to end" 90 gone "$vasp1"
 # ---------------------------------------------------------------- replicas
 replicas() { # replicas STATE: the keeper's count of the fast tier's replicas in STATE
 	curl -s --max-time 2 http://127.0.0.1:9466/metrics |
-		sed -n "s/^llm_keeper_replicas{tier=\"fast\",state=\"$1\"} //p"
+		sed -n "s/^llm_keeper_replicas{state=\"$1\",tier=\"fast\"} //p"
 }
 routed_is() { [ "$(replicas routed)" = "$1" ] && [ "$(replicas running)" = "$1" ]; }
 extras() { squeue -h -n llm-fast-extra -t running -o '%i %N'; }

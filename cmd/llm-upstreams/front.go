@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/upstreams"
@@ -94,7 +93,13 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 		}
 	}()
 	if cfg.Front.MetricsListen != "" {
-		go func() { errs <- serveFrontOps(ctx, cfg.Front.MetricsListen, fd) }()
+		status := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(fd.StatusJSON())
+		})
+		go func() {
+			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), upstreams.Route{Path: "/status", Handler: status})
+		}()
 	}
 	err = <-errs
 	cancel()
@@ -137,32 +142,6 @@ func listenFrontHints(addr string, log hclog.Logger) (*upstreams.Hints, error) {
 func frontServer(cfg upstreams.FrontConfig, h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout,
 		MaxHeaderBytes: int(cfg.MaxHeaderBytes)}
-}
-
-// serveFrontOps serves /metrics and /status for operators until ctx ends.
-func serveFrontOps(ctx context.Context, addr string, fd *front.Server) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("metrics listen %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(fd.Metrics().Gatherer(), promhttp.HandlerOpts{}))
-	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(fd.StatusJSON())
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("metrics serve: %w", err)
-	}
-	return nil
 }
 
 // openAccessLog opens where access lines go: "-" standard error, "" none,

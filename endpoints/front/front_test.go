@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"slurm-llm/endpoints/promtest"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -386,5 +390,44 @@ func TestHoldHeader(t *testing.T) {
 		if (err != nil) != tc.bad || got != tc.want {
 			t.Errorf("%s %q: got %v, %v; want %v (error %v)", HoldHeader, tc.v, got, err, tc.want, tc.bad)
 		}
+	}
+}
+
+var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics-families.golden")
+
+// The front door's metric families, types, labels and help texts are a
+// contract with dashboards and alerts (-args -update-metrics rewrites the
+// golden file on purpose).
+func TestMetricFamiliesGolden(t *testing.T) {
+	r := newRig(t, func(c *upstreams.FrontConfig) {
+		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Minute, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
+	})
+	bad, good := newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "fast", "103", "qwen-a")
+	bad.setMode("503")
+	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}}, bad, good)
+	for i := 0; i < 3; i++ {
+		r.do("qwen-a", "x")
+	}
+	r.do("OR1-Behemoth", "y", HoldHeader, "20ms")
+	fams, err := promtest.Families(r.s.Metrics().Gatherer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(fams, "\n") + "\n"
+	golden := filepath.Join("testdata", "metrics-families.golden")
+	if *updateMetrics {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("metric families (-want +got):\n%s", d)
 	}
 }

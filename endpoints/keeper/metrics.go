@@ -1,12 +1,11 @@
 package keeper
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"slurm-llm/endpoints"
 	"slurm-llm/slurm"
@@ -190,10 +189,23 @@ func (m *Metrics) schedulerError() {
 	m.schedErrors++
 }
 
-// WritePrometheus writes the metrics in Prometheus' text format, reading
-// the tiers' state files and the endpoint directory for the figures that
-// are not counts of jobs.
-func (k *Keeper) WritePrometheus(w io.Writer) error {
+// keeperCollector makes the keeper's figures a Prometheus collector: each
+// scrape reads the tiers' state files and the endpoint directory for the
+// figures that are not counts of jobs (an unchecked collector: its series
+// come and go with the tiers).
+type keeperCollector struct{ k *Keeper }
+
+func (keeperCollector) Describe(chan<- *prometheus.Desc) {}
+
+// Gatherer is what the keeper's /metrics serves: its figures alone.
+func (k *Keeper) Gatherer() prometheus.Gatherer {
+	r := prometheus.NewRegistry()
+	r.MustRegister(keeperCollector{k})
+	return r
+}
+
+func (c keeperCollector) Collect(ch chan<- prometheus.Metric) {
+	k := c.k
 	live := k.liveCounts()
 	names := k.cfg.TierNames()
 	states := make(map[string]TierState, len(names))
@@ -203,18 +215,36 @@ func (k *Keeper) WritePrometheus(w io.Writer) error {
 	m := k.metrics
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var b bytes.Buffer
-	header := func(name, typ, help string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	emit := func(name, help string, typ prometheus.ValueType, v float64, labels ...string) {
+		var keys, values []string
+		for i := 0; i+1 < len(labels); i += 2 {
+			keys, values = append(keys, labels[i]), append(values, labels[i+1])
+		}
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, keys, nil), typ, v, values...)
 	}
-	header("llm_keeper_replicas", "gauge", "A tier's replicas (a tier without [replicas] is one): wanted (0 when disabled), "+
-		"pending and running in Slurm (kept and extra), and routed (a ready endpoint file with a live lease). Elastic tiers are in llm_keeper_members.")
+	const replicasHelp = "A tier's replicas (a tier without [replicas] is one): wanted (0 when disabled), " +
+		"pending and running in Slurm (kept and extra), and routed (a ready endpoint file with a live lease). Elastic tiers are in llm_keeper_members."
+	const membersHelp = "An elastic tier's members: wanted (0 when disabled), pending and running in Slurm, " +
+		"and live (a member file that says ready, with a live lease)."
 	for _, name := range names {
-		tc := k.cfg.Tiers[name]
+		tc, st := k.cfg.Tiers[name], states[name]
+		kept, extra := m.kept[name], m.extras[name]
 		if tc.elastic() {
+			wanted := 0
+			if st.IsEnabled(tc) {
+				wanted = tc.Members
+			}
+			for _, v := range []struct {
+				state string
+				n     int
+			}{{"wanted", wanted}, {"pending", kept.pending}, {"running", kept.running}} {
+				emit("llm_keeper_members", membersHelp, prometheus.GaugeValue, float64(v.n), "tier", name, "state", v.state)
+			}
+			if n, ok := live[name]; ok {
+				emit("llm_keeper_members", membersHelp, prometheus.GaugeValue, float64(n), "tier", name, "state", "live")
+			}
 			continue
 		}
-		st := states[name]
 		wanted := 0
 		switch {
 		case !st.IsEnabled(tc):
@@ -223,71 +253,46 @@ func (k *Keeper) WritePrometheus(w io.Writer) error {
 		default:
 			wanted = EffectiveReplicas(tc, st).Min + m.extrasWanted[name]
 		}
-		kept, extra := m.kept[name], m.extras[name]
-		fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"wanted\"} %d\n", name, wanted)
-		fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"pending\"} %d\n", name, kept.pending+extra.pending)
-		fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"running\"} %d\n", name, kept.running+extra.running)
+		for _, v := range []struct {
+			state string
+			n     int
+		}{{"wanted", wanted}, {"pending", kept.pending + extra.pending}, {"running", kept.running + extra.running}} {
+			emit("llm_keeper_replicas", replicasHelp, prometheus.GaugeValue, float64(v.n), "tier", name, "state", v.state)
+		}
 		if n, ok := live[name]; ok {
-			fmt.Fprintf(&b, "llm_keeper_replicas{tier=%q,state=\"routed\"} %d\n", name, n)
+			emit("llm_keeper_replicas", replicasHelp, prometheus.GaugeValue, float64(n), "tier", name, "state", "routed")
+		}
+		if tc.Replicas.Max > 0 {
+			r := EffectiveReplicas(tc, st)
+			const help = "A tier's min and max replicas ([replicas], with an admin's `tier scale` applied)."
+			emit("llm_keeper_replicas_bound", help, prometheus.GaugeValue, float64(r.Min), "tier", name, "bound", "min")
+			emit("llm_keeper_replicas_bound", help, prometheus.GaugeValue, float64(r.Max), "tier", name, "bound", "max")
 		}
 	}
-	header("llm_keeper_replicas_bound", "gauge", "A tier's min and max replicas ([replicas], with an admin's `tier scale` applied).")
-	for _, name := range names {
-		tc := k.cfg.Tiers[name]
-		if tc.Replicas.Max == 0 {
-			continue
-		}
-		r := EffectiveReplicas(tc, states[name])
-		fmt.Fprintf(&b, "llm_keeper_replicas_bound{tier=%q,bound=\"min\"} %d\n", name, r.Min)
-		fmt.Fprintf(&b, "llm_keeper_replicas_bound{tier=%q,bound=\"max\"} %d\n", name, r.Max)
-	}
-	header("llm_keeper_members", "gauge", "An elastic tier's members: wanted (0 when disabled), pending and running in Slurm, "+
-		"and live (a member file that says ready, with a live lease).")
-	for _, name := range names {
-		tc := k.cfg.Tiers[name]
-		if !tc.elastic() {
-			continue
-		}
-		wanted := 0
-		if states[name].IsEnabled(tc) {
-			wanted = tc.Members
-		}
-		kept := m.kept[name]
-		fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"wanted\"} %d\n", name, wanted)
-		fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"pending\"} %d\n", name, kept.pending)
-		fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"running\"} %d\n", name, kept.running)
-		if n, ok := live[name]; ok {
-			fmt.Fprintf(&b, "llm_keeper_members{tier=%q,state=\"live\"} %d\n", name, n)
-		}
-	}
-	byKind := func(name string, c map[tierKind]uint64) {
+	byKind := func(name, help string, c map[tierKind]uint64) {
 		for _, tier := range names {
 			for _, kind := range []string{"kept", "extra"} {
 				if kind == "extra" && !k.cfg.Tiers[tier].Replicas.Grows() {
 					continue
 				}
-				fmt.Fprintf(&b, "%s{tier=%q,kind=%q} %d\n", name, tier, kind, c[tierKind{tier, kind}])
+				emit(name, help, prometheus.CounterValue, float64(c[tierKind{tier, kind}]), "tier", tier, "kind", kind)
 			}
 		}
 	}
-	header("llm_keeper_submitted_total", "counter", "Jobs the keeper submitted: kept (the tier's job name) or extra (replicas above min).")
-	byKind("llm_keeper_submitted_total", m.submitted)
-	header("llm_keeper_cancelled_total", "counter", "Jobs the keeper cancelled: kept (duplicates) or extra (idle, given way, over max, never started).")
-	byKind("llm_keeper_cancelled_total", m.cancelled)
-	header("llm_keeper_released_total", "counter", "Requeued jobs the keeper released before Slurm's own hold ended.")
+	byKind("llm_keeper_submitted_total", "Jobs the keeper submitted: kept (the tier's job name) or extra (replicas above min).", m.submitted)
+	byKind("llm_keeper_cancelled_total", "Jobs the keeper cancelled: kept (duplicates) or extra (idle, given way, over max, never started).", m.cancelled)
 	for _, name := range names {
-		fmt.Fprintf(&b, "llm_keeper_released_total{tier=%q} %d\n", name, m.released[name])
+		emit("llm_keeper_released_total", "Requeued jobs the keeper released before Slurm's own hold ended.", prometheus.CounterValue,
+			float64(m.released[name]), "tier", name)
 	}
-	header("llm_keeper_scheduler_errors_total", "counter", "Scheduler calls (squeue, sbatch, scancel, scontrol) that failed or did not answer.")
-	fmt.Fprintf(&b, "llm_keeper_scheduler_errors_total %d\n", m.schedErrors)
-	header("llm_keeper_last_listing_timestamp_seconds", "gauge", "When squeue last answered a listing of the tiers' jobs (0: never).")
+	emit("llm_keeper_scheduler_errors_total", "Scheduler calls (squeue, sbatch, scancel, scontrol) that failed or did not answer.",
+		prometheus.CounterValue, float64(m.schedErrors))
 	last := 0.0
 	if !m.lastListing.IsZero() {
 		last = float64(m.lastListing.UnixMilli()) / 1000
 	}
-	fmt.Fprintf(&b, "llm_keeper_last_listing_timestamp_seconds %g\n", last)
-	_, err := w.Write(b.Bytes())
-	return err
+	emit("llm_keeper_last_listing_timestamp_seconds", "When squeue last answered a listing of the tiers' jobs (0: never).",
+		prometheus.GaugeValue, last)
 }
 
 // elastic reports whether the tier keeps members (one-node jobs of one

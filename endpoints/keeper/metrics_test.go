@@ -3,11 +3,17 @@ package keeper
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+
+	"slurm-llm/endpoints/promtest"
 	"slurm-llm/slurm"
 	"slurm-llm/supervisor/elastic"
 )
@@ -59,11 +65,7 @@ func TestMetrics(t *testing.T) {
 	f.queueErr = slurm.ErrUnavailable
 	k.Release(context.Background()) // counted; the figures stay the last listing's
 
-	var b bytes.Buffer
-	if err := k.WritePrometheus(&b); err != nil {
-		t.Fatal(err)
-	}
-	got := b.String()
+	got := scrape(t, k)
 	for _, want := range []string{
 		// min 1 plus one extra running; the stale one cancelled.
 		`llm_keeper_replicas{tier="fast",state="wanted"} 2`,
@@ -85,14 +87,20 @@ func TestMetrics(t *testing.T) {
 		`llm_keeper_scheduler_errors_total 1`,
 		fmt.Sprintf("llm_keeper_last_listing_timestamp_seconds %g", float64(scaleNow.Unix())),
 	} {
-		if !strings.Contains(got, want+"\n") {
-			t.Errorf("metrics lack %s; got:\n%s", want, got)
+		key, v, err := promtest.Line(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, ok := got[key]; !ok || g != v {
+			t.Errorf("metrics lack %s (%v, %v); got:\n%v", want, g, ok, got)
 		}
 	}
-	for _, never := range []string{`llm_keeper_members{tier="fast"`, `llm_keeper_replicas{tier="reasoning"`,
-		`llm_keeper_submitted_total{tier="small",kind="extra"}`, `llm_keeper_replicas_bound{tier="small"`} {
-		if strings.Contains(got, never) {
-			t.Errorf("metrics have %s; got:\n%s", never, got)
+	for key := range got {
+		for _, never := range []string{`llm_keeper_members{state="wanted",tier="fast"}`, `llm_keeper_replicas{state="wanted",tier="reasoning"}`,
+			`llm_keeper_submitted_total{kind="extra",tier="small"}`, `llm_keeper_replicas_bound{bound="min",tier="small"}`} {
+			if key == never {
+				t.Errorf("metrics have %s", never)
+			}
 		}
 	}
 
@@ -100,11 +108,49 @@ func TestMetrics(t *testing.T) {
 	if _, err := k.DisableTier(context.Background(), "reasoning", false); err != nil {
 		t.Fatal(err)
 	}
-	b.Reset()
-	if err := k.WritePrometheus(&b); err != nil {
+	if got := scrape(t, k); got[`llm_keeper_members{state="wanted",tier="reasoning"}`] != 0 {
+		t.Errorf("after disable, members wanted %v, want 0", got[`llm_keeper_members{state="wanted",tier="reasoning"}`])
+	}
+	// The families, their types, labels and help texts are a contract with
+	// dashboards and alerts (go test -run TestMetrics -args -update-metrics
+	// rewrites the golden file on purpose).
+	fams, err := promtest.Families(k.Gatherer())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `llm_keeper_members{tier="reasoning",state="wanted"} 0`; !strings.Contains(b.String(), want+"\n") {
-		t.Errorf("after disable, metrics lack %s; got:\n%s", want, b.String())
+	golden := filepath.Join("testdata", "metrics-families.golden")
+	listed := strings.Join(fams, "\n") + "\n"
+	if *updateMetrics {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(listed), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if want, err := os.ReadFile(golden); err != nil || string(want) != listed {
+		t.Errorf("metric families changed (%v):\n%s\nwant:\n%s", err, listed, want)
+	}
+}
+
+var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics-families.golden")
+
+// scrape is what the keeper's /metrics serves, as samples.
+func scrape(t *testing.T, k *Keeper) map[string]float64 {
+	t.Helper()
+	fams, err := k.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := promtest.Samples(b.String())
+	if err != nil {
+		t.Fatalf("not Prometheus text: %v\n%s", err, b.String())
+	}
+	return s
 }

@@ -10,9 +10,12 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 
 	"slurm-llm/endpoints/fsutil"
 )
@@ -145,85 +148,73 @@ func (m *Metrics) RecordStale(removed, failed int) {
 	m.staleFailed += uint64(failed)
 }
 
-// writeTierMetrics writes the availability metrics, tiers sorted.
-func (m *Metrics) writeTierMetrics(b *bytes.Buffer) {
-	counter := func(name, help string, v uint64) {
-		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
-	}
-	counter("llm_upstreams_record_errors_total", "Writes to the availability record that failed.", m.recordErrors)
-	counter("llm_upstreams_stale_files_removed_total", "Endpoint files of jobs gone that were removed.", m.staleRemoved)
-	counter("llm_upstreams_stale_file_errors_total", "Stale endpoint files that could not be removed.", m.staleFailed)
-	tiers := slices.Sorted(maps.Keys(m.tiers))
-	states := []string{StateRouted, StateBackup, StateDown}
-	header := func(name, typ, help string) {
-		fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	header("llm_upstreams_tier_routed", "gauge", "1 when the tier is routed to its own endpoints, else 0.")
-	for _, tier := range tiers {
-		v := 0
-		if m.tiers[tier].state == StateRouted {
-			v = 1
+// histogramBuckets' cumulative counts, as client_golang's const
+// histograms take them.
+func (h histogram) cumulative() map[float64]uint64 {
+	out := make(map[float64]uint64, len(histogramBuckets))
+	cum := uint64(0)
+	for i, le := range histogramBuckets {
+		if h.counts != nil {
+			cum += h.counts[i]
 		}
-		fmt.Fprintf(b, "llm_upstreams_tier_routed{tier=%q} %d\n", tier, v)
+		out[le] = cum
 	}
-	header("llm_upstreams_tier_state_seconds_total", "counter", "Seconds each tier spent routed, served by its backup, or down (watch's uptime only).")
-	for _, tier := range tiers {
-		for _, st := range states {
-			fmt.Fprintf(b, "llm_upstreams_tier_state_seconds_total{tier=%q,state=%q} %s\n", tier, st,
-				strconv.FormatFloat(m.tiers[tier].seconds[st], 'f', 3, 64))
-		}
-	}
-	header("llm_upstreams_tier_transitions_total", "counter", "Times each tier entered a state.")
-	for _, tier := range tiers {
-		for _, st := range states {
-			fmt.Fprintf(b, "llm_upstreams_tier_transitions_total{tier=%q,state=%q} %d\n", tier, st, m.tiers[tier].transitions[st])
-		}
-	}
-	header("llm_upstreams_tier_preemptions_total", "counter", "Outages of each tier that a preemption began.")
-	for _, tier := range tiers {
-		fmt.Fprintf(b, "llm_upstreams_tier_preemptions_total{tier=%q} %d\n", tier, m.tiers[tier].preemptions)
-	}
-	writeHistogram(b, "llm_upstreams_tier_outage_seconds", "How long each tier was not routed to its own endpoints, per outage.",
-		tiers, func(t string) histogram { return m.tiers[t].outages })
-	writeHistogram(b, "llm_upstreams_tier_recovery_seconds", "Time from a preemption to the tier routed again.",
-		tiers, func(t string) histogram { return m.tiers[t].recoveries })
-	writeHistogram(b, "llm_upstreams_tier_replan_seconds", "An elastic tier's re-plans (a member taken, lost or back): time from its head's drain to routed again.",
-		tiers, func(t string) histogram { return m.tiers[t].replans })
-	header("llm_upstreams_tier_serving_info", "gauge", "1 for what a routed elastic tier serves with (its plan: nodes of members, context); absent otherwise.")
-	for _, tier := range tiers {
-		if t := m.tiers[tier]; t.state == StateRouted && t.serving != "" {
-			fmt.Fprintf(b, "llm_upstreams_tier_serving_info{tier=%q,serving=%q} 1\n", tier, t.serving)
-		}
-	}
-	header("llm_upstreams_tier_expected_back_timestamp_seconds", "gauge", "When a tier that is not routed is expected back (0: routed or unknown).")
-	for _, tier := range tiers {
-		v := 0.0
-		if e := m.tiers[tier].expectedBack; e != nil && m.tiers[tier].state != StateRouted {
-			v = float64(e.Unix())
-		}
-		fmt.Fprintf(b, "llm_upstreams_tier_expected_back_timestamp_seconds{tier=%q} %s\n", tier, strconv.FormatFloat(v, 'f', -1, 64))
-	}
-	header("llm_upstreams_tier_start_to_ready_seconds", "gauge", "Median time from a tier's job start to routed (0: not measured yet).")
-	for _, tier := range tiers {
-		fmt.Fprintf(b, "llm_upstreams_tier_start_to_ready_seconds{tier=%q} %s\n", tier,
-			strconv.FormatFloat(m.tiers[tier].startToReady.Seconds(), 'f', -1, 64))
-	}
+	return out
 }
 
-// writeHistogram writes one histogram per tier in the text format.
-func writeHistogram(b *bytes.Buffer, name, help string, tiers []string, get func(string) histogram) {
-	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
-	for _, tier := range tiers {
-		h := get(tier)
-		cum := uint64(0)
-		for i, le := range histogramBuckets {
-			if h.counts != nil {
-				cum += h.counts[i]
-			}
-			fmt.Fprintf(b, "%s_bucket{tier=%q,le=%q} %d\n", name, tier, strconv.FormatFloat(le, 'f', -1, 64), cum)
+// emitter makes const metrics for one Collect, named and described once.
+type emitter struct{ ch chan<- prometheus.Metric }
+
+func (e emitter) emit(name, help string, typ prometheus.ValueType, v float64, labels ...[2]string) {
+	names, values := make([]string, len(labels)), make([]string, len(labels))
+	for i, l := range labels {
+		names[i], values[i] = l[0], l[1]
+	}
+	e.ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, names, nil), typ, v, values...)
+}
+
+func (e emitter) histogram(name, help, tier string, h histogram) {
+	e.ch <- prometheus.MustNewConstHistogram(prometheus.NewDesc(name, help, []string{"tier"}, nil), h.n, h.sum, h.cumulative(), tier)
+}
+
+func label(name, value string) [2]string { return [2]string{name, value} }
+
+// collectTiers emits the availability metrics, tiers sorted.
+func (m *Metrics) collectTiers(e emitter) {
+	e.emit("llm_upstreams_record_errors_total", "Writes to the availability record that failed.", prometheus.CounterValue, float64(m.recordErrors))
+	e.emit("llm_upstreams_stale_files_removed_total", "Endpoint files of jobs gone that were removed.", prometheus.CounterValue, float64(m.staleRemoved))
+	e.emit("llm_upstreams_stale_file_errors_total", "Stale endpoint files that could not be removed.", prometheus.CounterValue, float64(m.staleFailed))
+	states := []string{StateRouted, StateBackup, StateDown}
+	for _, tier := range slices.Sorted(maps.Keys(m.tiers)) {
+		t := m.tiers[tier]
+		tl := label("tier", tier)
+		routed := 0.0
+		if t.state == StateRouted {
+			routed = 1
 		}
-		fmt.Fprintf(b, "%s_bucket{tier=%q,le=\"+Inf\"} %d\n", name, tier, h.n)
-		fmt.Fprintf(b, "%s_sum{tier=%q} %s\n%s_count{tier=%q} %d\n", name, tier, strconv.FormatFloat(h.sum, 'f', 3, 64), name, tier, h.n)
+		e.emit("llm_upstreams_tier_routed", "1 when the tier is routed to its own endpoints, else 0.", prometheus.GaugeValue, routed, tl)
+		for _, st := range states {
+			e.emit("llm_upstreams_tier_state_seconds_total", "Seconds each tier spent routed, served by its backup, or down (watch's uptime only).",
+				prometheus.CounterValue, t.seconds[st], tl, label("state", st))
+			e.emit("llm_upstreams_tier_transitions_total", "Times each tier entered a state.", prometheus.CounterValue,
+				float64(t.transitions[st]), tl, label("state", st))
+		}
+		e.emit("llm_upstreams_tier_preemptions_total", "Outages of each tier that a preemption began.", prometheus.CounterValue, float64(t.preemptions), tl)
+		e.histogram("llm_upstreams_tier_outage_seconds", "How long each tier was not routed to its own endpoints, per outage.", tier, t.outages)
+		e.histogram("llm_upstreams_tier_recovery_seconds", "Time from a preemption to the tier routed again.", tier, t.recoveries)
+		e.histogram("llm_upstreams_tier_replan_seconds", "An elastic tier's re-plans (a member taken, lost or back): time from its head's drain to routed again.", tier, t.replans)
+		if t.state == StateRouted && t.serving != "" {
+			e.emit("llm_upstreams_tier_serving_info", "1 for what a routed elastic tier serves with (its plan: nodes of members, context); absent otherwise.",
+				prometheus.GaugeValue, 1, tl, label("serving", t.serving))
+		}
+		back := 0.0
+		if t.expectedBack != nil && t.state != StateRouted {
+			back = float64(t.expectedBack.Unix())
+		}
+		e.emit("llm_upstreams_tier_expected_back_timestamp_seconds", "When a tier that is not routed is expected back (0: routed or unknown).",
+			prometheus.GaugeValue, back, tl)
+		e.emit("llm_upstreams_tier_start_to_ready_seconds", "Median time from a tier's job start to routed (0: not measured yet).",
+			prometheus.GaugeValue, t.startToReady.Seconds(), tl)
 	}
 }
 
@@ -275,17 +266,16 @@ func (m *Metrics) RecordHint() {
 	m.hints++
 }
 
-// WritePrometheus writes the metrics in the Prometheus text format, sorted.
-func (m *Metrics) WritePrometheus(w io.Writer) error {
+// Describe and Collect make the metrics a Prometheus collector: each scrape
+// reads the counts under the lock (an unchecked collector: its series come
+// and go with the tiers).
+func (m *Metrics) Describe(chan<- *prometheus.Desc) {}
+
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var b bytes.Buffer
-	counter := func(name, help string, v uint64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", name, help, name, name, v)
-	}
-	gauge := func(name, help string, v float64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n%s %s\n", name, help, name, name, strconv.FormatFloat(v, 'f', -1, 64))
-	}
+	e := emitter{ch}
+	counter := func(name, help string, v uint64) { e.emit(name, help, prometheus.CounterValue, float64(v)) }
 	counter("llm_upstreams_passes_total", "Passes run (read, decide, render, apply).", m.passes)
 	counter("llm_upstreams_pass_errors_total", "Passes that ended in an error.", m.passErrors)
 	counter("llm_upstreams_reloads_total", "Successful nginx reloads.", m.reloads)
@@ -296,21 +286,44 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 	counter("llm_upstreams_scheduler_call_failures_total", "Scheduler calls that got no answer.", m.schedulerFailed)
 	counter("llm_upstreams_hint_wakeups_total", "Times hints woke watch for a pass (a burst counts once).", m.hints)
 	counter("llm_upstreams_rejected_files_total", "Endpoint files rejected, summed over passes.", m.rejectedTotal)
-	gauge("llm_upstreams_rejected_files", "Endpoint files rejected by the last pass.", float64(m.rejected))
-	gauge("llm_upstreams_last_pass_seconds", "Duration of the last pass.", m.lastPassDuration.Seconds())
+	e.emit("llm_upstreams_rejected_files", "Endpoint files rejected by the last pass.", prometheus.GaugeValue, float64(m.rejected))
+	e.emit("llm_upstreams_last_pass_seconds", "Duration of the last pass.", prometheus.GaugeValue, m.lastPassDuration.Seconds())
 	var last float64
 	if !m.lastGoodApply.IsZero() {
 		last = float64(m.lastGoodApply.UnixNano()) / 1e9
 	}
-	gauge("llm_upstreams_last_good_apply_timestamp_seconds", "When a pass last left nginx in sync with the endpoints.", last)
-	name := "llm_upstreams_endpoints"
-	fmt.Fprintf(&b, "# HELP %s Servers routed per tier (a backup tier's servers count for the tier they serve).\n# TYPE %s gauge\n", name, name)
+	e.emit("llm_upstreams_last_good_apply_timestamp_seconds", "When a pass last left nginx in sync with the endpoints.", prometheus.GaugeValue, last)
 	for _, tier := range slices.Sorted(maps.Keys(m.servers)) {
-		fmt.Fprintf(&b, "%s{tier=%q} %d\n", name, tier, m.servers[tier])
+		e.emit("llm_upstreams_endpoints", "Servers routed per tier (a backup tier's servers count for the tier they serve).",
+			prometheus.GaugeValue, float64(m.servers[tier]), label("tier", tier))
 	}
-	m.writeTierMetrics(&b)
-	_, err := w.Write(b.Bytes())
-	return err
+	m.collectTiers(e)
+}
+
+// Gatherer is what /metrics and the textfile serve: these metrics alone
+// (no Go runtime or process collectors).
+func (m *Metrics) Gatherer() prometheus.Gatherer {
+	r := prometheus.NewRegistry()
+	r.MustRegister(m)
+	return r
+}
+
+// WritePrometheus writes the metrics in Prometheus' text format.
+func (m *Metrics) WritePrometheus(w io.Writer) error { return WriteText(w, m.Gatherer()) }
+
+// WriteText writes what g gathers in Prometheus' text format.
+func WriteText(w io.Writer, g prometheus.Gatherer) error {
+	fams, err := g.Gather()
+	if err != nil {
+		return fmt.Errorf("gather metrics: %w", err)
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return fmt.Errorf("encode metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // WriteTextfile writes the metrics atomically to a node_exporter textfile.
@@ -325,24 +338,27 @@ func (m *Metrics) WriteTextfile(path string) error {
 	return nil
 }
 
-// PrometheusWriter writes metrics in Prometheus' text format: the
-// watcher's *Metrics, and the keeper's.
-type PrometheusWriter interface {
-	WritePrometheus(w io.Writer) error
+// Route is one more handler an operator's metrics listener serves.
+type Route struct {
+	Path    string
+	Handler http.Handler
 }
 
-// ServeMetrics serves GET /metrics on addr until ctx ends.
-func ServeMetrics(ctx context.Context, addr string, m PrometheusWriter) error {
+// ServeMetrics serves GET /metrics (what g gathers) and routes on addr
+// until ctx ends. Every listener has its timeouts: a client that sends
+// slowly or keeps a connection idle is cut.
+func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, routes ...Route) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_ = m.WritePrometheus(w)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	for _, r := range routes {
+		mux.Handle(r.Path, r.Handler)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -3,6 +3,7 @@ package upstreams
 import (
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/common/expfmt"
+
+	"slurm-llm/endpoints/promtest"
 )
 
 func TestServeMetrics(t *testing.T) {
@@ -27,7 +31,7 @@ func TestServeMetrics(t *testing.T) {
 	m.Record(Report{}, ErrReloadFailed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeMetrics(ctx, addr, m) }()
+	go func() { done <- ServeMetrics(ctx, addr, m.Gatherer()) }()
 	t.Cleanup(func() { cancel(); <-done })
 	var body string
 	deadline := time.Now().Add(10 * time.Second)
@@ -46,12 +50,20 @@ func TestServeMetrics(t *testing.T) {
 		}
 		<-tick.C
 	}
+	got, err := promtest.Samples(body)
+	if err != nil {
+		t.Fatalf("not Prometheus text: %v\n%s", err, body)
+	}
 	for _, want := range []string{
-		"llm_upstreams_passes_total 2\n", "llm_upstreams_reload_failures_total 1\n", "llm_upstreams_pass_errors_total 1\n",
-		`llm_upstreams_endpoints{tier="fast"} 2` + "\n", "llm_upstreams_last_good_apply_timestamp_seconds 1795262400\n",
+		"llm_upstreams_passes_total 2", "llm_upstreams_reload_failures_total 1", "llm_upstreams_pass_errors_total 1",
+		`llm_upstreams_endpoints{tier="fast"} 2`, "llm_upstreams_last_good_apply_timestamp_seconds 1795262400",
 	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q:\n%s", want, body)
+		key, v, err := promtest.Line(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, ok := got[key]; !ok || g != v {
+			t.Errorf("metrics lack %s:\n%s", want, body)
 		}
 	}
 }
@@ -167,5 +179,47 @@ func TestTierMetricsElastic(t *testing.T) {
 	info := fams["llm_upstreams_tier_serving_info"].GetMetric()
 	if len(info) != 1 || !strings.Contains(info[0].String(), "2 of 3 nodes, context 65536") {
 		t.Errorf("serving info %v, want one for 2 of 3 nodes", info)
+	}
+}
+
+var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics-families.golden")
+
+// The families watch serves, with their types, labels and help texts,
+// are a contract with dashboards and alerts: this fails when one changes
+// by accident (go test -update-metrics rewrites the golden file on purpose).
+func TestMetricFamiliesGolden(t *testing.T) {
+	m := &Metrics{}
+	m.Record(Report{Time: t0, Tiers: []TierReport{{Tier: "fast", Servers: []string{"a"}}}}, nil)
+	m.RecordSchedulerCall(errors.New("down"))
+	m.RecordHint()
+	m.RecordStale(1, 1)
+	m.RecordRecordError()
+	routed := TierView{Tier: "big", State: StateRouted, Reason: ReasonRouted, Serving: "3 of 3 nodes, context 131072"}
+	m.RecordViews([]TierView{routed}, nil, nil, t0)
+	m.RecordViews([]TierView{routed}, []outageEnd{{Tier: "big", Cause: ReasonPreempted, Duration: time.Second}}, []string{"big"}, t0.Add(time.Second))
+	got, err := promtest.Families(m.Gatherer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, filepath.Join("testdata", "metrics-families.golden"), strings.Join(got, "\n")+"\n", *updateMetrics)
+}
+
+// checkGolden compares got with the file at path, or rewrites it.
+func checkGolden(t *testing.T, path, got string, update bool) {
+	t.Helper()
+	if update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(string(want), got); d != "" {
+		t.Errorf("%s (-want +got):\n%s", path, d)
 	}
 }
