@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -19,18 +20,35 @@ type completionRequest struct {
 	NPredict  int    `json:"n_predict"`
 	Prompt    any    `json:"prompt"`
 	Messages  []struct {
-		Content any `json:"content"`
+		Role    string `json:"role"`
+		Content any    `json:"content"`
 	} `json:"messages"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	// ContinueFinalMessage and AddGenerationPrompt: continuing the last
+	// (assistant) message explicitly (measured 2026-11-24, Q8).
+	ContinueFinalMessage any   `json:"continue_final_message"`
+	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
 }
 
 // job is one accepted completion: what to generate and how to shape the answer.
 type job struct {
 	format format
 	model  string
-	prompt int // prompt tokens
-	n      int // tokens to generate
-	slots  *slotTable
-	slot   int // the slot in slots
+	id     string // the answer's id: chatcmpl- and 32 random letters, new per request (Q8)
+	prompt int    // prompt tokens
+	// first is the index of the first token generated: a continued answer
+	// goes on counting from its prefill (the fake's own: tokens are
+	// numbered, so tests see where a continuation joins); echo is the
+	// prefill an implicit continuation repeats before its first token
+	// (measured 2026-11-24, Q8).
+	first int
+	echo  string
+	usage bool // stream_options.include_usage
+	n     int  // tokens to generate
+	slots *slotTable
+	slot  int // the slot in slots
 }
 
 // errCut means SIGTERM cut the completion (fact 15).
@@ -54,6 +72,10 @@ func (s *server) serveCompletion(w http.ResponseWriter, r *http.Request, f forma
 	var req completionRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid JSON: %v", err), "invalid_request_error")
+		return
+	}
+	if msg := req.refusal(); msg != "" { // real server-common.cpp, measured 2026-11-24 (Q8)
+		writeError(w, http.StatusBadRequest, msg, "invalid_request_error")
 		return
 	}
 	slots := s.slots
@@ -85,10 +107,11 @@ func (s *server) serveCompletion(w http.ResponseWriter, r *http.Request, f forma
 func (s *server) newJob(req completionRequest, f format) job {
 	// a single-model head does not check the request's "model": every reply
 	// names the served model (Q4); a router serves the model named
-	j := job{format: f, model: req.Model, n: s.cfg.tokens}
+	j := job{format: f, model: req.Model, n: s.cfg.tokens, id: "chatcmpl-" + randomLetters(32), usage: req.StreamOptions.IncludeUsage}
 	if s.router == nil {
 		j.model, _ = s.modelName()
 	}
+	j.first, j.echo = req.continuation()
 	for _, limit := range []int{req.MaxTokens, req.NPredict} {
 		if limit > 0 && limit < j.n {
 			j.n = limit
@@ -106,6 +129,58 @@ func (s *server) newJob(req completionRequest, f format) job {
 }
 
 func tokenText(i int) string { return fmt.Sprintf("tok%d ", i) }
+
+// refusal is real llama-server's 400 for a continuation it cannot make
+// (measured 2026-11-24, Q8), or "".
+func (req completionRequest) refusal() string {
+	n := len(req.Messages)
+	switch {
+	case n >= 2 && req.Messages[n-1].Role == "assistant" && req.Messages[n-2].Role == "assistant":
+		return "Cannot have 2 or more assistant messages at the end of the list."
+	case continuationAsked(req.ContinueFinalMessage) && (req.AddGenerationPrompt == nil || *req.AddGenerationPrompt):
+		return "Cannot set both add_generation_prompt and continue_final_message to true."
+	}
+	return ""
+}
+
+// continuationAsked reports whether continue_final_message asks for one:
+// true, "content" or "reasoning_content" (common_chat_continuation_parse).
+func continuationAsked(v any) bool {
+	switch v := v.(type) {
+	case bool:
+		return v
+	case string:
+		return v == "content" || v == "reasoning_content"
+	}
+	return false
+}
+
+// continuation is where a request's answer starts: a chat request whose
+// last message is the assistant's continues it (the server's default
+// prefill, or continue_final_message), its tokens numbered on from the
+// prefill's words; an implicit one repeats the prefill in its first delta
+// (Q8). A /completion prompt that ends in the fake's own tokens goes on
+// counting them.
+func (req completionRequest) continuation() (first int, echo string) {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "assistant" {
+		prefill := fmt.Sprint(req.Messages[n-1].Content)
+		if req.Messages[n-1].Content == nil {
+			prefill = ""
+		}
+		if !continuationAsked(req.ContinueFinalMessage) {
+			echo = prefill
+		}
+		return len(strings.Fields(prefill)), echo
+	}
+	if req.Prompt != nil {
+		for _, w := range strings.Fields(fmt.Sprint(req.Prompt)) {
+			if _, err := fmt.Sscanf(w, "tok%d", new(int)); err == nil {
+				first++
+			}
+		}
+	}
+	return first, ""
+}
 
 // generate produces j.n tokens, paced by --fake-token-rate, calling emit for each.
 // It stops early with errCut on SIGTERM, or the context's error when the client leaves;
@@ -141,7 +216,7 @@ func (s *server) generate(ctx context.Context, w http.ResponseWriter, j job, emi
 func (s *server) completeWhole(w http.ResponseWriter, r *http.Request, j job) {
 	var text strings.Builder
 	err := s.generate(r.Context(), w, j, func(i int) error {
-		text.WriteString(tokenText(i))
+		text.WriteString(tokenText(j.first + i))
 		return nil
 	})
 	if errors.Is(err, errCut) {
@@ -185,4 +260,14 @@ func dropConnection(w http.ResponseWriter) {
 	if conn, _, err := hj.Hijack(); err == nil {
 		conn.Close()
 	}
+}
+
+// randomLetters is n random ASCII letters (real's ids, Q8).
+func randomLetters(n int) string {
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = letters[rand.IntN(len(letters))]
+	}
+	return string(b)
 }

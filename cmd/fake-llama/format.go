@@ -7,8 +7,10 @@ type format interface {
 	// first is the event sent before any token, nil for none.
 	first(j job) any
 	token(j job, i int) any
-	// last is the closing event; done says whether `data: [DONE]` follows it.
+	// last is the closing event; tail, if not nil, follows it (the usage
+	// chunk); done says whether `data: [DONE]` follows them.
 	last(j job) any
+	tail(j job) any
 	done() bool
 	whole(j job, text string) any
 }
@@ -16,17 +18,31 @@ type format interface {
 // chatFormat is /v1/chat/completions.
 type chatFormat struct{}
 
+// The stream as real llama-server sends it (measured 2026-11-24, Q8): a
+// role chunk with content null, a chunk per token (the first one led by
+// the prefill an implicit continuation repeats), a chunk with an empty
+// delta and the finish reason, a usage chunk with no choices when
+// stream_options.include_usage asks for it, then [DONE].
 func (chatFormat) first(j job) any {
-	return chatChunk(j, map[string]string{"role": "assistant", "content": ""}, nil)
+	return chatChunk(j, map[string]any{"role": "assistant", "content": nil}, nil)
 }
 
 func (chatFormat) token(j job, i int) any {
-	return chatChunk(j, map[string]string{"content": tokenText(i)}, nil)
+	text := tokenText(j.first + i)
+	if i == 0 {
+		text = j.echo + text
+	}
+	return chatChunk(j, map[string]any{"content": text}, nil)
 }
 
-func (chatFormat) last(j job) any {
-	c := chatChunk(j, map[string]string{}, "length")
-	c["usage"] = usage(j)
+func (chatFormat) last(j job) any { return chatChunk(j, map[string]any{}, "length") }
+
+func (chatFormat) tail(j job) any {
+	if !j.usage {
+		return nil
+	}
+	c := chatChunk(j, nil, nil)
+	c["choices"], c["usage"] = []any{}, usage(j)
 	return c
 }
 
@@ -34,17 +50,17 @@ func (chatFormat) done() bool { return true }
 
 func (chatFormat) whole(j job, text string) any {
 	return map[string]any{
-		"id": "chatcmpl-fake", "object": "chat.completion", "created": time.Now().Unix(),
+		"id": j.id, "object": "chat.completion", "created": time.Now().Unix(),
 		"model": j.model,
 		"choices": []map[string]any{{"index": 0, "finish_reason": "length",
-			"message": map[string]string{"role": "assistant", "content": text}}},
+			"message": map[string]string{"role": "assistant", "content": j.echo + text}}},
 		"usage": usage(j),
 	}
 }
 
-func chatChunk(j job, delta map[string]string, finish any) map[string]any {
+func chatChunk(j job, delta map[string]any, finish any) map[string]any {
 	return map[string]any{
-		"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": time.Now().Unix(),
+		"id": j.id, "object": "chat.completion.chunk", "created": time.Now().Unix(),
 		"model":   j.model,
 		"choices": []map[string]any{{"index": 0, "delta": delta, "finish_reason": finish}},
 	}
@@ -60,11 +76,13 @@ type rawFormat struct{}
 
 func (rawFormat) first(job) any { return nil }
 
-func (rawFormat) token(_ job, i int) any {
-	return map[string]any{"content": tokenText(i), "stop": false}
+func (rawFormat) token(j job, i int) any {
+	return map[string]any{"content": tokenText(j.first + i), "stop": false}
 }
 
 func (rawFormat) last(j job) any { return rawFormat{}.whole(j, "") }
+
+func (rawFormat) tail(job) any { return nil }
 
 func (rawFormat) done() bool { return false }
 

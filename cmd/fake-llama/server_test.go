@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -336,5 +337,106 @@ func TestRawCompletion(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// Measured 2026-11-24 (Q8): a chat request whose last message is the
+// assistant's continues it. Implicitly (the server's default prefill) the
+// answer repeats the prefill, in the first content delta; explicitly
+// (continue_final_message, add_generation_prompt false) it does not. The
+// fake numbers the new tokens on from the prefill's words. Each answer has
+// its own id; usage comes in a chunk of its own when asked for, and counts
+// the new tokens only.
+func TestChatContinuation(t *testing.T) {
+	_, base := startHead(t, "--alias", "m", "--fake-tokens", "3", "--fake-token-rate", "0")
+	waitReady(t, base)
+	stream := func(body string) []string {
+		t.Helper()
+		resp, err := postChat(base, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var deltas []string
+		if err := sseEvents(resp.Body, func(d string) {
+			var c struct {
+				ID      string `json:"id"`
+				Choices []struct {
+					Delta        map[string]any `json:"delta"`
+					FinishReason *string        `json:"finish_reason"`
+				} `json:"choices"`
+				Usage map[string]int `json:"usage"`
+			}
+			switch {
+			case d == "[DONE]":
+				deltas = append(deltas, d)
+			case json.Unmarshal([]byte(d), &c) != nil:
+				t.Errorf("event %q", d)
+			case len(c.Choices) == 0:
+				deltas = append(deltas, fmt.Sprintf("usage %d", c.Usage["completion_tokens"]))
+			case c.Choices[0].FinishReason != nil:
+				deltas = append(deltas, "finish "+*c.Choices[0].FinishReason)
+			case c.Choices[0].Delta["role"] != nil:
+				deltas = append(deltas, fmt.Sprintf("role %v", c.Choices[0].Delta["content"]))
+			default:
+				deltas = append(deltas, fmt.Sprint(c.Choices[0].Delta["content"]))
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return deltas
+	}
+	msgs := `"messages":[{"role":"user","content":"count"},{"role":"assistant","content":"tok0 tok1 "}]`
+	if d := cmp.Diff([]string{"role <nil>", "tok0 tok1 tok2 ", "tok3 ", "tok4 ", "finish length", "[DONE]"},
+		stream(`{"stream":true,`+msgs+`}`)); d != "" {
+		t.Errorf("implicit continuation (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"role <nil>", "tok2 ", "tok3 ", "tok4 ", "finish length", "usage 3", "[DONE]"},
+		stream(`{"stream":true,"stream_options":{"include_usage":true},"continue_final_message":true,"add_generation_prompt":false,`+msgs+`}`)); d != "" {
+		t.Errorf("explicit continuation (-want +got):\n%s", d)
+	}
+	for _, bad := range []string{
+		`{"continue_final_message":true,` + msgs + `}`,
+		`{"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"a"},{"role":"assistant","content":"b"}]}`,
+	} {
+		resp, err := postChat(base, bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400 as real llama-server", bad, resp.StatusCode)
+		}
+	}
+	ids := map[string]bool{}
+	for i := 0; i < 2; i++ {
+		resp, err := postChat(base, `{"messages":[]}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct{ ID string }
+		_ = json.NewDecoder(resp.Body).Decode(&c)
+		resp.Body.Close()
+		ids[c.ID] = strings.HasPrefix(c.ID, "chatcmpl-") && len(c.ID) == len("chatcmpl-")+32
+	}
+	if len(ids) != 2 {
+		t.Errorf("ids %v: want two different chatcmpl- ids", ids)
+	}
+}
+
+// /completion continues a prompt that ends in the fake's own tokens.
+func TestRawCompletionContinues(t *testing.T) {
+	_, base := startHead(t, "--fake-tokens", "2", "--fake-token-rate", "0")
+	waitReady(t, base)
+	resp, err := http.Post(base+"/completion", "application/json", strings.NewReader(`{"prompt":"count tok0 tok1 tok2 "}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		Content string `json:"content"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || got.Content != "tok3 tok4 " {
+		t.Errorf("content %q (%v), want the numbering continued", got.Content, err)
 	}
 }

@@ -59,7 +59,13 @@ func (s *server) streamCompletion(w http.ResponseWriter, r *http.Request, j job)
 	if err != nil {
 		return
 	}
-	if ev.send(j.format.last(j)) == nil && j.format.done() {
+	if ev.send(j.format.last(j)) != nil {
+		return
+	}
+	if t := j.format.tail(j); t != nil && ev.send(t) != nil {
+		return
+	}
+	if j.format.done() {
 		_ = ev.sendRaw("[DONE]")
 	}
 }
