@@ -1,6 +1,7 @@
 package front
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,13 +105,18 @@ func TestStreamIsFlushedChunkByChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	br := make([]byte, 4096)
-	n, err := resp.Body.Read(br) // the head sent one chunk and waits at the gate
-	if err != nil || !strings.Contains(string(br[:n]), `"t0 "`) {
-		t.Fatalf("first chunk: %q %v; want it before the head sends the next", br[:n], err)
+	br := bufio.NewReader(resp.Body)
+	for { // the head sent its role chunk and one token, and waits at the gate
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("before the first token: %v", err)
+		}
+		if strings.Contains(line, `"t0 "`) {
+			break
+		}
 	}
 	close(h.gate)
-	events, err := sseEvents(resp.Body)
+	events, err := sseEvents(br)
 	if err != nil || len(events) != 4 || events[3] != "[DONE]" {
 		t.Errorf("rest of the stream: %q %v", events, err)
 	}
@@ -242,7 +248,11 @@ func TestRetryBeforeTheFirstByte(t *testing.T) {
 }
 
 func TestNothingIsSentTwiceOnceTheAnswerStarted(t *testing.T) {
-	r := newRig(t, nil)
+	r := newRig(t, func(c *upstreams.FrontConfig) {
+		ft := c.Tiers["fast"]
+		ft.Continue = false // the continuation is TestContinues…'s
+		c.Tiers["fast"] = ft
+	})
 	cut := newTestHead(t, "fast", "101", "qwen-a")
 	cut.setMode("cut")
 	other := newTestHead(t, "fast", "103", "qwen-a")
@@ -254,8 +264,8 @@ func TestNothingIsSentTwiceOnceTheAnswerStarted(t *testing.T) {
 	}
 	events, err := sseEvents(resp.Body)
 	resp.Body.Close()
-	if err == nil || len(events) != 2 {
-		t.Errorf("a stream cut after 2 chunks: got %q, %v; want the 2 chunks then an error", events, err)
+	if err != nil || len(events) != 4 || !strings.Contains(events[3], `"error"`) || !strings.Contains(events[3], "continuation is off") {
+		t.Errorf("a stream cut after 2 tokens: got %q, %v; want the role chunk, the 2 tokens, then an error event saying why", events, err)
 	}
 	if got := cut.requests(); len(got) != 1 {
 		t.Errorf("the head got %d requests, want 1", len(got))
@@ -409,6 +419,9 @@ func TestMetricFamiliesGolden(t *testing.T) {
 		r.do("qwen-a", "x")
 	}
 	r.do("OR1-Behemoth", "y", HoldHeader, "20ms")
+	c, d := newTestHead(t, "fast", "104", "qwen-a"), newTestHead(t, "fast", "105", "qwen-a")
+	c.tokens = 4
+	r.cutOnto(c, d, func() (answer, error) { return r.streamAnswer("/v1/chat/completions", "", userMsg) })
 	fams, err := promtest.Families(r.s.Metrics().Gatherer())
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package front
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +60,16 @@ type call struct {
 	// onWritten, set for a request that was held, tells its queue that
 	// it was written to its head (the next held one may go).
 	onWritten func()
+	// ctx is the client's request's; kind the stream shape the front door
+	// can continue (streamNone: not continued); backup is set when a
+	// backup model answers (never continued).
+	ctx    context.Context
+	kind   streamKind
+	backup bool
+	// continued counts continuations on another head, moved those made
+	// because the head drained; heads are the heads that served it.
+	continued, moved int
+	heads            []string
 }
 
 // written runs onWritten, if set.
@@ -152,6 +163,10 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call) bool {
 	}
 	c.tier, c.model, c.body, c.size, c.stream = tier, name, body, int64(len(body)), fields.Stream
 	c.deadline = c.start.Add(hold)
+	c.ctx = r.Context()
+	if c.stream {
+		c.kind = kindOf(c.path)
+	}
 	return true
 }
 
@@ -228,7 +243,10 @@ func (s *Server) finish(c *call) {
 		return
 	}
 	head := "-"
-	if c.head != nil {
+	switch {
+	case len(c.heads) > 0:
+		head = strings.Join(c.heads, ",")
+	case c.head != nil:
 		head = c.head.addr
 	}
 	var b bytes.Buffer
@@ -236,6 +254,9 @@ func (s *Server) finish(c *call) {
 		c.start.UTC().Format("2006-01-02T15:04:05.000Z"), c.method, strconv.Quote(c.path), c.status, orDash(tier),
 		strconv.Quote(model), head, c.held.Milliseconds(), s.now().Sub(c.start).Milliseconds(), c.size, c.bytesOut,
 		c.attempts, c.outcome)
+	if c.continued > 0 {
+		fmt.Fprintf(&b, " continued=%d moved=%d", c.continued, c.moved)
+	}
 	if c.why != "" {
 		fmt.Fprintf(&b, " why=%s", strconv.Quote(c.why))
 	}

@@ -38,6 +38,9 @@ type Metrics struct {
 	upErrors *prometheus.CounterVec
 	overhead prometheus.Histogram
 	inFlight *prometheus.Desc
+	// continued and pause: issue 20's continuations of cut streams.
+	continued *prometheus.CounterVec
+	pause     *prometheus.HistogramVec
 	// heads lists the routed heads at a scrape (set by the Server).
 	heads atomic.Pointer[func() []*head]
 }
@@ -65,7 +68,13 @@ func NewMetrics() *Metrics {
 		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.25}})
 	m.inFlight = prometheus.NewDesc("llm_front_head_in_flight",
 		"Requests in flight through the front door per routed head (its address).", []string{"tier", "head"}, nil)
-	m.reg.MustRegister(m.requests, m.held, m.heldNow, m.retries, m.upErrors, m.overhead, headCollector{m})
+	m.continued = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_continuations_total",
+		Help: "Streams cut before their end, by what the front door did: continued on another head, failed (no head of the model in time, or every head tried failed), refused (not continuable: why is in the access log)."},
+		[]string{"tier", "result"})
+	m.pause = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_continuation_pause_seconds",
+		Help:    "Time from a stream's cut (or its head's drain) to its continuation sent to another head.",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120}}, []string{"tier"})
+	m.reg.MustRegister(m.requests, m.held, m.heldNow, m.retries, m.upErrors, m.overhead, headCollector{m}, m.continued, m.pause)
 	return m
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,7 +83,9 @@ func (s *Server) attempt(w http.ResponseWriter, r *http.Request, c *call, h *hea
 	s.rp.ServeHTTP(cw, out)
 	switch {
 	case c.sent:
-		c.outcome = OutcomeAnswered
+		if c.outcome == "" { // a splicer that gave up says cut
+			c.outcome = OutcomeAnswered
+		}
 		return true
 	case r.Context().Err() != nil:
 		return true
@@ -136,6 +139,10 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				return errHeadUnavailable
 			}
 			resp.Header.Set(TierHeader, c.head.tier)
+			if c.kind != streamNone && !c.backup && resp.StatusCode == http.StatusOK &&
+				strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				resp.Body = s.newSplicer(c, resp.Body)
+			}
 			return nil
 		},
 		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
@@ -232,13 +239,13 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) bool {
 		return false
 	}
 	own := c.body
-	c.body = body
+	c.body, c.backup = body, true
 	if s.attempt(w, r, c, h) {
 		if c.outcome == OutcomeAnswered {
 			c.outcome = OutcomeBackup
 		}
 		return true
 	}
-	c.body = own
+	c.body, c.backup = own, false
 	return false
 }

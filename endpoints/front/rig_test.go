@@ -33,12 +33,22 @@ type testHead struct {
 	srv    *httptest.Server
 
 	mu   sync.Mutex
-	mode string   // "" answers; "503" answers llama-server's loading 503; "reset" closes the connection; "cut" streams 2 chunks then closes; "block" waits for the client to leave
+	mode string   // "" answers; "503" answers llama-server's loading 503; "reset" closes the connection; "cut" streams 2 tokens then closes; "block" waits for the client to leave
 	seen []string // each request's first message content, in arrival order
+	// bodies are the requests as received.
+	bodies []map[string]any
+	// echo: a continuation's first delta repeats the prefill (llama-server's
+	// implicit prefill, FACTS.md Q8).
+	echo bool
+	// tokens is how many tokens an answer has (default 3); toolCall makes
+	// its second one the start of a tool call.
+	tokens   int
+	toolCall bool
 	// gate, if set, is received from before each streamed chunk after the first.
 	gate      chan struct{}
-	left      chan struct{} // closed by "block" when the client left
-	modelsDoc string        // /v1/models answer; "" lists models in the OpenAI shape
+	left      chan struct{} // closed by "block" (or a gated stream) when the client left
+	leftOnce  sync.Once
+	modelsDoc string // /v1/models answer; "" lists models in the OpenAI shape
 }
 
 func newTestHead(t testing.TB, tier, job string, models ...string) *testHead {
@@ -63,11 +73,18 @@ func (h *testHead) requests() []string {
 }
 
 type chatReq struct {
-	Model    string `json:"model"`
-	Stream   bool   `json:"stream"`
-	Messages []struct {
+	Model     string `json:"model"`
+	Stream    bool   `json:"stream"`
+	MaxTokens int    `json:"max_tokens"`
+	NPredict  int    `json:"n_predict"`
+	Prompt    string `json:"prompt"`
+	Messages  []struct {
+		Role    string `json:"role"`
 		Content string `json:"content"`
 	} `json:"messages"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 }
 
 func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
@@ -86,18 +103,22 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, doc)
 		return
 	}
+	raw, _ := io.ReadAll(r.Body)
 	var req chatReq
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	if err := json.Unmarshal(raw, &req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
 	tag := ""
 	if len(req.Messages) > 0 {
 		tag = req.Messages[0].Content
 	}
 	h.mu.Lock()
 	h.seen = append(h.seen, tag)
-	mode, gate := h.mode, h.gate
+	h.bodies = append(h.bodies, body)
+	mode, gate, echo, tokens := h.mode, h.gate, h.echo, h.tokens
 	h.mu.Unlock()
 	switch mode {
 	case "503": // llama-server while loading (fact 16)
@@ -112,7 +133,7 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case "block":
 		<-r.Context().Done()
-		close(h.left)
+		h.leftOnce.Do(func() { close(h.left) })
 		return
 	}
 	if !req.Stream {
@@ -120,21 +141,95 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"from %s"},"finish_reason":"stop"}]}`, req.Model, h.job)
 		return
 	}
+	h.stream(w, r, req, mode, gate, echo, tokens)
+}
+
+// stream answers as llama-server streams (FACTS.md Q8): a role chunk, a
+// chunk per token ("tN ", numbered on from a prefill's words, the first
+// led by the prefill when echo is set), a finish chunk, a usage chunk when
+// asked, [DONE]; /completion: content events and a closing stop event.
+func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, mode string, gate chan struct{}, echo bool, tokens int) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
-	for i := 0; i < 3; i++ {
+	raw := r.URL.Path == "/completion"
+	id := "c-" + h.job
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		fl.Flush()
+	}
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{"id": id, "created": 1000, "model": req.Model, "object": "chat.completion.chunk",
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
+	}
+	n := 3
+	if tokens > 0 {
+		n = tokens
+	}
+	finish := "stop"
+	for _, limit := range []int{req.MaxTokens, req.NPredict} {
+		if limit > 0 && limit <= n {
+			n, finish = limit, "length"
+		}
+	}
+	first, prefill, words := 0, "", 0
+	if k := len(req.Messages); k > 0 && req.Messages[k-1].Role == "assistant" {
+		prefill = req.Messages[k-1].Content
+		first = len(strings.Fields(prefill))
+	}
+	if raw {
+		for _, w := range strings.Fields(req.Prompt) {
+			if _, err := fmt.Sscanf(w, "t%d", new(int)); err == nil {
+				first++
+			}
+		}
+	}
+	for _, m := range req.Messages {
+		words += len(strings.Fields(m.Content))
+	}
+	if !raw {
+		send(chunk(map[string]any{"role": "assistant", "content": nil}, nil))
+	}
+	for i := 0; i < n; i++ {
 		if i > 0 && gate != nil {
-			<-gate
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				h.leftOnce.Do(func() { close(h.left) })
+				return
+			}
 		}
 		if mode == "cut" && i == 2 {
 			conn, _, _ := w.(http.Hijacker).Hijack()
 			conn.Close()
 			return
 		}
-		fmt.Fprintf(w, "data: {\"id\":\"c1\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", req.Model, i)
-		fl.Flush()
+		text := fmt.Sprintf("t%d ", first+i)
+		if i == 0 && echo {
+			text = prefill + text
+		}
+		if mode == "cut" && i == 1 && h.toolCall {
+			send(chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": "call_1", "type": "function",
+				"function": map[string]any{"name": "get_weather", "arguments": "{\"ci"}}}}, nil))
+			continue
+		}
+		if raw {
+			send(map[string]any{"content": text, "stop": false})
+		} else {
+			send(chunk(map[string]any{"content": text}, nil))
+		}
 	}
-	fmt.Fprintf(w, "data: {\"id\":\"c1\",\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n", req.Model)
+	if raw {
+		send(map[string]any{"content": "", "stop": true, "model": req.Model, "tokens_predicted": n, "tokens_evaluated": len(strings.Fields(req.Prompt))})
+		return
+	}
+	send(chunk(map[string]any{}, finish))
+	if req.StreamOptions.IncludeUsage {
+		u := chunk(nil, nil)
+		u["choices"], u["usage"] = []any{}, map[string]int{"prompt_tokens": words, "completion_tokens": n, "total_tokens": words + n}
+		send(u)
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
 // rig is a front door in an httptest server, fed tables by hand.
@@ -256,7 +351,7 @@ func (r *rig) held(tier string) int {
 }
 
 // waitFor polls cond every 5 ms until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

@@ -101,6 +101,9 @@ func headTransport(connect time.Duration) *http.Transport {
 
 func (s *Server) now() time.Time { return s.opts.Now() }
 
+// draining reports whether h's endpoint file now says draining.
+func (s *Server) draining(h *head) bool { return s.tab.Load().drainingFiles[h.file] }
+
 // Metrics returns the front door's metrics.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 

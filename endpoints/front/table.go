@@ -61,8 +61,10 @@ type table struct {
 	heads map[string][]*head // tier → heads routed to its own endpoints, by key
 	views map[string]upstreams.TierView
 	// draining are, per tier, the heads whose file says draining (their
-	// requests in flight finish; nothing new goes there).
-	draining map[string][]string
+	// requests in flight finish; nothing new goes there); drainingFiles
+	// the same files as a set.
+	draining      map[string][]string
+	drainingFiles map[string]bool
 	// fileModels are the models any file of the tier lists (live or not):
 	// a starting or draining tier still names what it will serve.
 	fileModels map[string][]string
@@ -73,7 +75,7 @@ type table struct {
 // holds the heads of this table only.
 func buildTable(rep upstreams.Report, known map[string]*head) (*table, map[string]*head) {
 	t := &table{at: rep.Time, heads: map[string][]*head{}, views: map[string]upstreams.TierView{},
-		draining: map[string][]string{}, fileModels: map[string][]string{}}
+		draining: map[string][]string{}, drainingFiles: map[string]bool{}, fileModels: map[string][]string{}}
 	byFile := map[string]endpoints.Decision{}
 	for _, d := range rep.Decisions {
 		byFile[d.File] = d
@@ -81,6 +83,7 @@ func buildTable(rep upstreams.Report, known map[string]*head) (*table, map[strin
 		t.fileModels[e.Tier] = append(t.fileModels[e.Tier], e.Models...)
 		if e.State == endpoints.StateDraining && !rep.Time.After(e.LeaseExpires) {
 			t.draining[e.Tier] = append(t.draining[e.Tier], d.File)
+			t.drainingFiles[d.File] = true
 		}
 	}
 	for tier, ms := range t.fileModels {

@@ -66,6 +66,9 @@ type FrontConfig struct {
 	// Tiers are the per-tier settings, one for every tier in [tiers]
 	// (those not written get DefaultFrontTier).
 	Tiers map[string]FrontTier
+	// MaxContinuations bounds how many times one streamed answer is
+	// continued on another head.
+	MaxContinuations int
 }
 
 // FrontTier is one tier's front-door settings ([front.tiers.NAME]).
@@ -85,11 +88,14 @@ type FrontTier struct {
 	// request is sent to when this tier cannot serve it within its hold:
 	// another model, said by X-LLM-Tier. "" means never.
 	BackupModel string
+	// Continue: a stream of the tier cut before its end (its head stopped)
+	// is continued on another head of its model (default true).
+	Continue bool
 }
 
 // DefaultFrontTier is a tier's front-door settings when [front.tiers.NAME]
 // leaves them out.
-var DefaultFrontTier = FrontTier{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20}
+var DefaultFrontTier = FrontTier{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20, Continue: true}
 
 var defaultFront = FrontConfig{
 	MaxHeaderBytes:    64 << 10,
@@ -104,6 +110,7 @@ var defaultFront = FrontConfig{
 	HoldUnknown:       15 * time.Second,
 	ModelsRefresh:     2 * time.Second,
 	AccessLog:         "-",
+	MaxContinuations:  3,
 }
 
 // DefaultFrontConfig is [front] with every key left out (listening
@@ -135,6 +142,7 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 		"access_log":          d.String(&f.AccessLog),
 		"aliases":             d.StringMap(&f.Aliases),
 		"default_model":       d.String(&f.DefaultModel),
+		"max_continuations":   d.Int(&f.MaxContinuations),
 		"tiers": d.Each(func(name string) tomlconf.Field {
 			return func(key toml.Key, v any) {
 				ft := DefaultFrontTier
@@ -144,6 +152,7 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 					"max_held_bytes": d.Bytes(&ft.MaxHeldBytes),
 					"models":         d.Strings(&ft.Models),
 					"backup_model":   d.String(&ft.BackupModel),
+					"continue":       d.Bool(&ft.Continue),
 				}, nil)
 				f.Tiers[name] = ft
 			}
@@ -175,6 +184,9 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 		if v <= 0 {
 			d.Invalid(toml.Key{"front", key}, "want a positive duration")
 		}
+	}
+	if f.MaxContinuations < 0 || f.MaxContinuations > 100 {
+		d.Invalid(toml.Key{"front", "max_continuations"}, "want 0 to 100")
 	}
 	if f.HoldUnknown < 0 {
 		d.Invalid(toml.Key{"front", "hold_unknown"}, "want a duration, at least 0s")

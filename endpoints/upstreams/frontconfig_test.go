@@ -72,7 +72,7 @@ backup_model = "qwen"
 		t.Fatal(err)
 	}
 	want := map[string]FrontTier{"fast": DefaultFrontTier,
-		"reasoning": {Hold: 2 * time.Minute, MaxHeld: 256, MaxHeldBytes: 64 << 20, Models: []string{"OR1"}}}
+		"reasoning": {Hold: 2 * time.Minute, MaxHeld: 256, MaxHeldBytes: 64 << 20, Models: []string{"OR1"}, Continue: true}}
 	if d := cmp.Diff(want, cfg.Front.Tiers); d != "" {
 		t.Errorf("front tiers (-want +got):\n%s", d)
 	}
