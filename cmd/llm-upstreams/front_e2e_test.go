@@ -55,6 +55,15 @@ type frontOpts struct {
 	nginx bool
 	// hold is the fast tier's [front] hold; 0: the default.
 	hold time.Duration
+	// fastTokens and fastRate shape the fast tier's answers (0: 8 tokens
+	// at 40 tokens/s); drainBudget is its [drain] budget ("": the
+	// default).
+	fastTokens  int
+	fastRate    int
+	drainBudget string
+	// noReasoning leaves the reasoning tier out of the keeper (its nodes
+	// for more fast replicas).
+	noReasoning bool
 }
 
 type frontWorld struct {
@@ -85,8 +94,16 @@ func newFrontWorld(t testing.TB, o frontOpts) *frontWorld {
 	if load == 0 {
 		load = 300 * time.Millisecond
 	}
-	w.write("fast.toml", frontTier(w.dir, "fast", freePort(t), "--models-dir", w.dir+"/models", "--parallel", "4",
-		"--fake-load-time", "200ms", "--fake-tokens", "8", "--fake-token-rate", "40"))
+	tokens, rate := 8, 40
+	if o.fastTokens > 0 {
+		tokens, rate = o.fastTokens, o.fastRate
+	}
+	fast := frontTier(w.dir, "fast", freePort(t), "--models-dir", w.dir+"/models", "--parallel", "16",
+		"--fake-load-time", "200ms", "--fake-tokens", strconv.Itoa(tokens), "--fake-token-rate", strconv.Itoa(rate))
+	if o.drainBudget != "" {
+		fast += fmt.Sprintf("\n[drain]\nbudget = %q\n", o.drainBudget)
+	}
+	w.write("fast.toml", fast)
 	w.write("reasoning.toml", frontTier(w.dir, "reasoning", freePort(t), "-m", "/models/big.gguf", "--alias", "OR1-Behemoth",
 		"--parallel", "2", "--fake-load-time", load.String(), "--fake-tokens", "8", "--fake-token-rate", "40"))
 	for _, tier := range []string{"fast", "reasoning"} {
@@ -95,6 +112,17 @@ func newFrontWorld(t testing.TB, o frontOpts) *frontWorld {
 	replicas := ""
 	if o.fastReplicas > 1 {
 		replicas = fmt.Sprintf("[tiers.fast.replicas]\nmin = %d\nmax = %d\n", o.fastReplicas, o.fastReplicas)
+	}
+	reasoning := fmt.Sprintf(`[tiers.reasoning]
+job_name = %[2]q
+script = "%[1]s/reasoning.sh"
+sbatch_args = ["-p", "gpu_ai", "-N1", "--exclusive", "--requeue", "--open-mode=append", "-o", "%[1]s/reasoning-%%j.out", "-D", %[1]q]
+backoff_initial = "1h"
+backoff_max = "1h"
+max_submits_per_hour = 20
+`, w.dir, w.reasJob)
+	if o.noReasoning {
+		reasoning = ""
 	}
 	w.write("keeper.toml", fmt.Sprintf(`state_dir = "%[1]s/keeper"
 endpoint_dir = "%[1]s/endpoints"
@@ -105,14 +133,7 @@ sbatch_args = ["-p", "gpu_ai", "-N1", "--exclusive", "--requeue", "--open-mode=a
 backoff_initial = "1h"
 backoff_max = "1h"
 max_submits_per_hour = 20
-%[4]s[tiers.reasoning]
-job_name = %[3]q
-script = "%[1]s/reasoning.sh"
-sbatch_args = ["-p", "gpu_ai", "-N1", "--exclusive", "--requeue", "--open-mode=append", "-o", "%[1]s/reasoning-%%j.out", "-D", %[1]q]
-backoff_initial = "1h"
-backoff_max = "1h"
-max_submits_per_hour = 20
-`, w.dir, w.fastJob, w.reasJob, replicas))
+%[3]s%[4]s`, w.dir, w.fastJob, replicas, reasoning))
 	nginxCfg := "[nginx]\ntest = [\"true\"]\nreload = [\"true\"]\n"
 	out := w.dir + "/out"
 	if o.nginx {
