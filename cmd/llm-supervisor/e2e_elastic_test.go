@@ -43,7 +43,8 @@ endpoint_host = "{node}"
 [head]
 command = ["%s/fake-llama", "server", "--host", "0.0.0.0", "--port", "{port}", "--rpc", "{rpc}",
            "--tensor-split", "{tensor_split}", "--ctx-size", "{ctx}",
-           "-m", "/models/e2e.gguf", "--metrics", "--fake-load-time", "500ms"]
+           "-m", "/models/e2e.gguf", "--metrics", "--fake-load-time", "500ms",
+           "--fake-tokens", "2000", "--fake-token-rate", "40"]
 port = %d
 
 [worker]

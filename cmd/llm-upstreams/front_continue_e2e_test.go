@@ -3,115 +3,12 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
-	"fmt"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"slurm-llm/endpoints/front/fronttest"
 )
-
-// A streamed answer as the client of the front door saw it: its tokens in
-// order (the fake numbers them: "tok0 ", "tok1 ", …, and a continuation
-// goes on counting from its prefill, so a gap or a repeat shows), its ids,
-// role chunks, finishes, whether it ended with [DONE], the continuation
-// comments, an error event, and the longest pause between two tokens.
-type streamSeen struct {
-	tokens   []string
-	ids      map[string]bool
-	roles    int
-	finishes int
-	done     bool
-	comments int
-	errEvent string
-	pause    time.Duration
-	err      error
-}
-
-// streamChat posts one streamed chat request for model to the front door
-// and reads it to its end; progress, if set, gets the token count as it
-// grows.
-func streamChat(base, model string, maxTokens int, progress func(int)) streamSeen {
-	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"count"}]}`, model, maxTokens)
-	s := streamSeen{ids: map[string]bool{}}
-	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		s.err = err
-		return s
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	last := time.Now()
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, ":"):
-			s.comments++
-		case line == "data: [DONE]":
-			s.done = true
-		case strings.HasPrefix(line, "data: "):
-			var ev struct {
-				ID      string                    `json:"id"`
-				Error   *struct{ Message string } `json:"error"`
-				Choices []struct {
-					Delta struct {
-						Role    *string `json:"role"`
-						Content *string `json:"content"`
-					} `json:"delta"`
-					FinishReason *string `json:"finish_reason"`
-				} `json:"choices"`
-			}
-			if err := json.Unmarshal([]byte(line[6:]), &ev); err != nil {
-				s.err = fmt.Errorf("event %q: %w", line, err)
-				return s
-			}
-			if ev.Error != nil {
-				s.errEvent = ev.Error.Message
-			}
-			if ev.ID != "" {
-				s.ids[ev.ID] = true
-			}
-			for _, ch := range ev.Choices {
-				if ch.Delta.Role != nil {
-					s.roles++
-				}
-				if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-					s.pause = max(s.pause, time.Since(last))
-					last = time.Now()
-					s.tokens = append(s.tokens, strings.Fields(*ch.Delta.Content)...)
-					if progress != nil {
-						progress(len(s.tokens))
-					}
-				}
-				if ch.FinishReason != nil {
-					s.finishes++
-				}
-			}
-		}
-	}
-	s.err = sc.Err()
-	return s
-}
-
-// whole reports whether s is one unbroken answer of n tokens: tok0…tok(n-1)
-// in order, one id, one role chunk, one finish, [DONE], no error.
-func (s streamSeen) whole(n int) error {
-	if s.err != nil || s.errEvent != "" {
-		return fmt.Errorf("stream error %v, error event %q", s.err, s.errEvent)
-	}
-	for i, tok := range s.tokens {
-		if tok != fmt.Sprintf("tok%d", i) {
-			return fmt.Errorf("token %d is %q (a gap or a repeat): %v", i, tok, s.tokens)
-		}
-	}
-	if len(s.tokens) != n || len(s.ids) != 1 || s.roles != 1 || s.finishes != 1 || !s.done {
-		return fmt.Errorf("%d tokens (want %d), ids %v, %d role chunks, %d finishes, [DONE] %v",
-			len(s.tokens), n, s.ids, s.roles, s.finishes, s.done)
-	}
-	return nil
-}
 
 // TestE2EFrontContinuesAStreamCutByADrain is issue 20's A4-style case: a
 // long stream (200 tokens at 20/s) through the front door; a science job
@@ -126,21 +23,21 @@ func TestE2EFrontContinuesAStreamCutByADrain(t *testing.T) {
 	node := w.tier("fast").Heads[0].Node
 	var mu sync.Mutex
 	seen := 0
-	done := make(chan streamSeen, 1)
+	done := make(chan fronttest.Seen, 1)
 	go func() {
-		done <- streamChat(w.url, "qwen-a", 200, func(n int) { mu.Lock(); seen = n; mu.Unlock() })
+		done <- fronttest.StreamChat(w.url, "qwen-a", 200, func(n int) { mu.Lock(); seen = n; mu.Unlock() })
 	}()
 	w.waitFor("20 tokens streamed", 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return seen >= 20 })
 	w.preemptFast(node)
 	s := <-done
-	if err := s.whole(200); err != nil {
+	if err := s.Whole(200); err != nil {
 		t.Fatalf("the client's answer: %v", err)
 	}
-	if s.comments != 1 {
-		t.Errorf("%d continuation comments, want 1", s.comments)
+	if s.Comments != 1 {
+		t.Errorf("%d continuation comments, want 1", s.Comments)
 	}
 	t.Logf("one answer of 200 tokens across a preemption (%s → %s); the longest pause between two tokens %.2f s",
-		node, w.tier("fast").Heads[0].Node, s.pause.Seconds())
+		node, w.tier("fast").Heads[0].Node, s.Pause.Seconds())
 }
 
 // TestE2EFrontMovesStreamsOffAPreemptedReplica: the fast tier as three
@@ -155,10 +52,10 @@ func TestE2EFrontMovesStreamsOffAPreemptedReplica(t *testing.T) {
 	w.waitFor("the models read", 30*time.Second, func() bool { ms, _ := w.models(); return ms["qwen-a"] == "fast" })
 	var mu sync.Mutex
 	progress := map[int]int{}
-	results := make(chan streamSeen, 12)
+	results := make(chan fronttest.Seen, 12)
 	for i := range 12 {
 		go func() {
-			results <- streamChat(w.url, "qwen-a", 120, func(n int) { mu.Lock(); progress[i] = n; mu.Unlock() })
+			results <- fronttest.StreamChat(w.url, "qwen-a", 120, func(n int) { mu.Lock(); progress[i] = n; mu.Unlock() })
 		}()
 	}
 	w.waitFor("every stream 10 tokens in", 60*time.Second, func() bool {
@@ -176,7 +73,7 @@ func TestE2EFrontMovesStreamsOffAPreemptedReplica(t *testing.T) {
 	w.preemptFast(victim.Node)
 	cut := 0
 	for range 12 {
-		if err := (<-results).whole(120); err != nil {
+		if err := (<-results).Whole(120); err != nil {
 			cut++
 			t.Errorf("a stream: %v", err)
 		}

@@ -205,10 +205,10 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 	in := HoldInput{View: s.view(tier), Now: now, Deadline: deadline, HoldUnknown: s.cfg.Load().HoldUnknown}
 	if !s.tab.Load().routed(tier) {
 		s.mu.Lock()
-		since, ok := s.downSince[tier]
+		since, ok := s.reasonSince[tier]
 		s.mu.Unlock()
 		if ok {
-			in.DownFor = now.Sub(since)
+			in.ReasonFor = now.Sub(since)
 		}
 	}
 	return Decide(in)

@@ -51,10 +51,13 @@ type Server struct {
 	catalog atomic.Pointer[map[string]string]
 	queues  sync.Map // tier → *queue
 
-	mu        sync.Mutex
-	heads     map[string]*head     // the last table's heads, by key
-	learned   map[string]string    // model → tier, from every file and head seen
-	downSince map[string]time.Time // tier → since when it has had no head
+	mu      sync.Mutex
+	heads   map[string]*head  // the last table's heads, by key
+	learned map[string]string // model → tier, from every file and head seen
+	// reasonSince is, per tier without a head, since when its view has
+	// given its reason (reason is that reason).
+	reasonSince map[string]time.Time
+	reason      map[string]string
 }
 
 // New returns a front door serving cfg. It routes nothing until the first
@@ -73,7 +76,7 @@ func New(cfg upstreams.FrontConfig, opts Options) *Server {
 		opts.Transport = headTransport(cfg.ConnectTimeout)
 	}
 	s := &Server{opts: opts, log: opts.Log, metrics: opts.Metrics, polled: make(chan struct{}, 1),
-		heads: map[string]*head{}, learned: map[string]string{}, downSince: map[string]time.Time{}}
+		heads: map[string]*head{}, learned: map[string]string{}, reasonSince: map[string]time.Time{}, reason: map[string]string{}}
 	s.cfg.Store(&cfg)
 	heads := func() []*head { return s.tab.Load().allHeads() }
 	s.metrics.heads.Store(&heads)
@@ -153,12 +156,12 @@ func (s *Server) Update(rep upstreams.Report) {
 		}
 	}
 	for _, v := range rep.Views {
-		_, down := s.downSince[v.Tier]
 		switch {
 		case t.routed(v.Tier):
-			delete(s.downSince, v.Tier)
-		case !down:
-			s.downSince[v.Tier] = rep.Time
+			delete(s.reasonSince, v.Tier)
+			delete(s.reason, v.Tier)
+		case s.reason[v.Tier] != v.Reason:
+			s.reasonSince[v.Tier], s.reason[v.Tier] = rep.Time, v.Reason
 		}
 	}
 	s.mu.Unlock()

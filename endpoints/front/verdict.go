@@ -21,9 +21,12 @@ type Verdict struct {
 type HoldInput struct {
 	// View is the tier's view from the last pass (reason, expected back).
 	View upstreams.TierView
-	// DownFor is how long the tier has had no head in the front door's
-	// tables (0 when it has one: its heads failed before answering).
-	DownFor time.Duration
+	// ReasonFor is how long the tier's view has given its present reason
+	// without a head (0 when it has one: its heads failed before
+	// answering). A view with no estimate is held for the first
+	// HoldUnknown of its reason: a preemption's first seconds, or the gap
+	// between a re-plan's drain and its new head's file.
+	ReasonFor time.Duration
 	// Now and Deadline: the request gives up waiting at Deadline.
 	Now, Deadline time.Time
 	// HoldUnknown is how long into an outage a request is held while the
@@ -59,7 +62,7 @@ func Decide(in HoldInput) Verdict {
 		return Verdict{Hold: true, Why: "expected back within the hold"}
 	case v.Reason == upstreams.ReasonStarting || v.Reason == upstreams.ReasonReplanning || v.Overdue:
 		return Verdict{Hold: true, Why: "back in seconds: " + v.Reason}
-	case in.DownFor < in.HoldUnknown:
+	case in.ReasonFor < in.HoldUnknown:
 		return Verdict{Hold: true, Why: "no estimate yet, early in the outage: " + v.Reason}
 	}
 	return Verdict{Why: "no hold: no estimate (" + v.Reason + ")"}

@@ -49,7 +49,7 @@ func TestDecide(t *testing.T) {
 		{"disabled beats an estimate", down(upstreams.ReasonDisabled, at(time.Second)), 0, 30 * time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := Decide(HoldInput{View: tc.view, DownFor: tc.downFor, Now: now, Deadline: now.Add(tc.hold), HoldUnknown: 15 * time.Second})
+			v := Decide(HoldInput{View: tc.view, ReasonFor: tc.downFor, Now: now, Deadline: now.Add(tc.hold), HoldUnknown: 15 * time.Second})
 			if d := cmp.Diff(tc.want, v.Hold); d != "" || v.Why == "" {
 				t.Errorf("hold (-want +got):\n%s (why %q)", d, v.Why)
 			}

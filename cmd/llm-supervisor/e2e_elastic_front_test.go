@@ -20,6 +20,7 @@ import (
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/front"
+	"slurm-llm/endpoints/front/fronttest"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -76,7 +77,7 @@ func BenchmarkE2EElasticFront(b *testing.B) {
 
 // startElasticFront runs a front door in process over el's endpoint
 // directory until the benchmark ends; it returns its URL.
-func startElasticFront(b *testing.B, el *e2eElastic) string {
+func startElasticFront(b testing.TB, el *e2eElastic) string {
 	b.Helper()
 	port := faketest.FreePort(b)
 	cfg, err := upstreams.Parse("front.toml", []byte(fmt.Sprintf(`endpoint_dir = %q
@@ -181,4 +182,46 @@ func elasticLoad(ctx context.Context, url string, perSecond int) (*elasticLoadFi
 		}
 	}()
 	return l, &wg
+}
+
+// TestE2EElasticFrontContinuesThroughAReplan is issue 20's elastic case: a
+// long stream (1200 tokens at 40/s: longer than the drain's wait for
+// requests in flight) through the front door to the elastic
+// tier; a science job takes a worker's member; the leader's head drains to
+// re-plan onto the two nodes it keeps and the stream is cut; the front door
+// holds its continuation through the re-plan and continues it on the
+// re-planned head. The client sees one unbroken answer; never two heads.
+func TestE2EElasticFrontContinuesThroughAReplan(t *testing.T) {
+	el := setupElastic(t)
+	for _, n := range []string{"node1", "node2", "node3"} {
+		el.submit(t, n)
+	}
+	el.serving(t, "node3", 3, 120*time.Second)
+	url := startElasticFront(t, el)
+	var mu sync.Mutex
+	seen := 0
+	done := make(chan fronttest.Seen, 1)
+	go func() {
+		done <- fronttest.StreamChat(url, "/models/e2e.gguf", 1200, func(n int) { mu.Lock(); seen = n; mu.Unlock() })
+	}()
+	e2eWaitFor(t, "40 tokens streamed", 60*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return seen >= 40 })
+	mon := el.watchHeads()
+	leader := el.leaderNode(t)
+	worker := "node1"
+	if worker == leader {
+		worker = "node2"
+	}
+	el.preempt(t, worker, 10*time.Minute)
+	s := <-done
+	if d := mon.stop(); d > 0 {
+		t.Errorf("%d samples with two heads", d)
+	}
+	if err := s.Whole(1200); err != nil {
+		t.Fatalf("the client's answer: %v", err)
+	}
+	if s.Comments != 1 {
+		t.Errorf("%d continuations, want 1: the re-plan's drain did not cut the stream", s.Comments)
+	}
+	t.Logf("one answer of 1200 tokens through a re-plan (a worker's member on %s taken); continued %d time(s), the longest pause %.2f s",
+		worker, s.Comments, s.Pause.Seconds())
 }
