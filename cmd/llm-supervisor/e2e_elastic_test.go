@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -107,11 +109,24 @@ func (el *e2eElastic) submit(t testing.TB, node string) {
 }
 
 func (el *e2eElastic) cleanup(t testing.TB) {
-	for _, j := range el.jobs {
-		exec.Command("scancel", j).Run()
-	}
-	exec.Command("scancel", "--name=e2e-vasp").Run()
+	// A member requeued a moment ago may miss a scancel sent as Slurm
+	// requeues it, and start again after the requeue's hold, holding a
+	// node the next tests need: cancel until squeue lists none.
+	ids := slices.Collect(maps.Values(el.jobs))
 	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, j := range ids {
+			exec.Command("scancel", j).Run()
+		}
+		exec.Command("scancel", "--name=e2e-vasp").Run()
+		out, err := exec.Command("squeue", "-h", "-o", "%i").Output()
+		listed := slices.ContainsFunc(strings.Fields(string(out)), func(id string) bool { return slices.Contains(ids, id) })
+		if (err == nil && !listed) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	deadline = time.Now().Add(60 * time.Second)
 	for len(el.leftovers()) > 0 && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -3,11 +3,13 @@
 package main
 
 import (
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
 	"slurm-llm/endpoints/front/fronttest"
+	"slurm-llm/endpoints/upstreams"
 )
 
 // TestE2EFrontContinuesAStreamCutByADrain is issue 20's A4-style case: a
@@ -83,4 +85,125 @@ func TestE2EFrontMovesStreamsOffAPreemptedReplica(t *testing.T) {
 	if moved < 1 {
 		t.Errorf("no stream was moved off the preempted replica (%v continuations)", moved)
 	}
+}
+
+// BenchmarkE2EFrontContinuation is issue 20's figure, each case with the
+// front door continuing streams and then without (continue = false: what
+// a client got before), in the same world:
+//   - drain: 4 streams of 200 tokens (20/s) on the fast tier's one head, a
+//     science job takes its node while another is free, the drain's
+//     deadline (budget 8 s) cuts them, the tier comes back on the free node;
+//   - replicas: 12 streams of 120 tokens on three replicas (the same drain
+//     budget), a science job takes one replica's node (moved at the next
+//     token).
+//
+// It reports the streams cut each way and the longest pause a client saw
+// between two tokens (20/s: 50 ms between tokens otherwise).
+func BenchmarkE2EFrontContinuation(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		opts    frontOpts
+		streams int
+		tokens  int
+	}{
+		{"drain", frontOpts{fastTokens: 200, fastRate: 20, drainBudget: "8s", noReasoning: true}, 4, 200},
+		{"replicas", frontOpts{fastReplicas: 3, fastTokens: 120, fastRate: 20, drainBudget: "8s", noReasoning: true}, 12, 120},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			w := newFrontWorld(b, c.opts)
+			heads := max(c.opts.fastReplicas, 1)
+			for i := 0; i < b.N; i++ {
+				for _, on := range []bool{true, false} {
+					w.waitFor("the fast tier's heads routed", 180*time.Second, func() bool { return len(w.tier("fast").Heads) == heads },
+						func() string { return string(w.fd.StatusJSON()) })
+					w.waitFor("the models read", 30*time.Second, func() bool { ms, _ := w.models(); return ms["qwen-a"] == "fast" })
+					cfg := w.ucfg.Front
+					ft := cfg.Tiers["fast"]
+					ft.Continue = on
+					cfg.Tiers = map[string]upstreams.FrontTier{"fast": ft, "reasoning": cfg.Tiers["reasoning"]}
+					w.fd.SetConfig(cfg)
+					start := time.Now()
+					cut, pause := w.cutStreams(b, c.streams, c.tokens)
+					mode := map[bool]string{true: "on", false: "off"}[on]
+					b.Logf("continuation %s: %d of %d streams cut; the longest pause between two tokens %.2f s (the cycle took %.1f s)",
+						mode, cut, c.streams, pause.Seconds(), time.Since(start).Seconds())
+					b.ReportMetric(float64(cut), "cut("+mode+")")
+					if on {
+						b.ReportMetric(pause.Seconds(), "pause-s")
+						if cut > 0 {
+							b.Errorf("%d streams cut with continuation on", cut)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// cutStreams runs n streams of tokens through the front door, takes the
+// node of the head that serves most of them with a science job once each
+// is 10 tokens in, waits for them, and cancels the science job. It
+// returns how many did not come back whole and the longest pause.
+func (w *frontWorld) cutStreams(b *testing.B, n, tokens int) (int, time.Duration) {
+	var mu sync.Mutex
+	progress := map[int]int{}
+	results := make(chan fronttest.Seen, n)
+	for i := range n {
+		go func() {
+			results <- fronttest.StreamChat(w.url, "qwen-a", tokens, func(k int) { mu.Lock(); progress[i] = k; mu.Unlock() })
+		}()
+	}
+	w.waitFor("every stream 10 tokens in", 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range n {
+			if progress[i] < 10 {
+				return false
+			}
+		}
+		return true
+	})
+	busiest := w.tier("fast").Heads[0]
+	for _, h := range w.tier("fast").Heads {
+		if h.InFlight > busiest.InFlight {
+			busiest = h
+		}
+	}
+	science := w.preemptFast(busiest.Node)
+	sent := time.Now()
+	stop := make(chan struct{})
+	var gone, back time.Duration // the preempted head out of the front door's table, and a head on another node in
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			on := false
+			for _, h := range w.tier("fast").Heads {
+				on = on || h.Node == busiest.Node
+			}
+			switch {
+			case gone == 0 && !on:
+				gone = time.Since(sent)
+			case gone != 0 && back == 0 && len(w.tier("fast").Heads) >= 1:
+				back = time.Since(sent)
+			}
+		}
+	}()
+	cut, pause := 0, time.Duration(0)
+	for range n {
+		s := <-results
+		if err := s.Whole(tokens); err != nil {
+			cut++
+			b.Logf("a stream: %v", err)
+		}
+		pause = max(pause, s.Pause)
+	}
+	close(stop)
+	b.Logf("science job's sbatch → the preempted head unrouted %.2f s, a head routed again %.2f s", gone.Seconds(), back.Seconds())
+	_ = exec.Command("scancel", science).Run()
+	w.waitFor("the science job gone", 60*time.Second, func() bool { return len(w.queue("vasp-"+w.id)) == 0 })
+	return cut, pause
 }

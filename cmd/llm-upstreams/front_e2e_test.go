@@ -73,8 +73,10 @@ type frontWorld struct {
 	fastJob  string // job names
 	reasJob  string
 	fd       *front.Server
+	ucfg     upstreams.Config
 	url      string // the front door, http://127.0.0.1:PORT
 	nginx    *nginxtest.Nginx
+	closed   sync.Once
 	passes   atomic.Int64 // the front door's passes
 	routings atomic.Int64 // passes that changed what the front door routes
 }
@@ -165,8 +167,8 @@ hold_unknown = "15s"
 hold = "60s"
 models = ["OR1-Behemoth"]
 %[6]s`, w.dir, w.fastJob, w.reasJob, nginxCfg, out, hold, freePort(t)))
-	ucfg := w.start(tbWriter{t: t}, func(upstreams.Report, time.Time) {})
-	w.startFront(ucfg)
+	w.ucfg = w.start(tbWriter{t: t}, func(upstreams.Report, time.Time) {})
+	w.startFront(w.ucfg)
 	t.Cleanup(w.close)
 	return w
 }
@@ -276,7 +278,12 @@ func (a *accessLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *frontWorld) close() {
+// close stops the controller and cancels the world's jobs, once (a
+// benchmark closes a world before its next one; the cleanup then finds it
+// closed).
+func (w *frontWorld) close() { w.closed.Do(w.closeOnce) }
+
+func (w *frontWorld) closeOnce() {
 	if !w.shutdown(w.fastJob, w.fastJob+"-extra", w.reasJob, "vasp-"+w.id) {
 		outs, _ := filepath.Glob(filepath.Join(w.dir, "*-*.out"))
 		for _, f := range outs {

@@ -281,6 +281,7 @@ func (sp *splicer) start(h *head, why string) bool {
 	req.Header.Set("Content-Type", "application/json")
 	req.Close = true // a stream's connection is not reused
 	resp, err := sp.s.opts.Transport.RoundTrip(req)
+	sp.c.written() // a held continuation: the next held request may go
 	if err == nil && (resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")) {
 		resp.Body.Close()
 		err = fmt.Errorf("head answered %s", resp.Status)

@@ -287,3 +287,35 @@ func TestNotContinuedInsideAToolCall(t *testing.T) {
 		t.Errorf("answer %+v, b got %d requests: want an error event naming the tool call, nothing sent to b", got, len(b.requests()))
 	}
 }
+
+// Regression: held continuations waited for each other's end. Two streams
+// cut on a, held, then b comes: both continue on b at once, not the second
+// after the first finished (the arrival-order chain of held requests must
+// count a continuation as sent once it is written).
+func TestHeldContinuationsGoTogether(t *testing.T) {
+	r := newRig(t, nil)
+	a, b := newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "fast", "102", "qwen-a")
+	a.setMode("cut")
+	a.tokens, b.tokens = 5, 5
+	a.gate = make(chan struct{})
+	b.gate = make(chan struct{}) // b's streams wait after their first token
+	r.route(nil, a)
+	done := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			got, _ := r.streamAnswer("/v1/chat/completions", "", userMsg)
+			done <- got
+		}()
+	}
+	waitFor(t, "both streams at a", func() bool { return len(a.requests()) == 2 })
+	close(a.gate) // both get t1 from a, then a cuts them
+	waitFor(t, "both continuations held", func() bool { return r.held("fast") == 2 })
+	r.route(nil, b)
+	waitFor(t, "both continuations at b", func() bool { return len(b.requests()) == 2 })
+	close(b.gate)
+	for range 2 {
+		if got := <-done; got.text != "t0 t1 t2 t3 t4 t5 t6 " || !got.done {
+			t.Errorf("answer %+v", got)
+		}
+	}
+}
