@@ -442,6 +442,14 @@ func (sp *splicer) take(ev []byte) {
 		sp.out.Write(ev) // not ours to judge
 		return
 	}
+	if _, failed := obj["error"]; failed {
+		// The head ended the answer with an error of its own (real
+		// llama-server does, in-stream, e.g. when its output parser
+		// fails): that is its answer's end, not a cut to continue.
+		sp.finished = true
+		sp.out.Write(ev)
+		return
+	}
 	if sp.kind == streamRaw {
 		sp.takeRaw(ev, obj)
 		return

@@ -319,3 +319,19 @@ func TestHeldContinuationsGoTogether(t *testing.T) {
 		}
 	}
 }
+
+// Regression (real llama.cpp, a random model): a head's own in-stream
+// error event ends its answer: it is passed on and not continued (the
+// front door went on generating past it on another head).
+func TestAHeadsErrorEventIsNotACut(t *testing.T) {
+	r := newRig(t, nil)
+	a, b := newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "fast", "102", "qwen-a")
+	a.setMode("fail")
+	a.tokens = 5
+	r.route(nil, a)
+	got, err := r.streamAnswer("/v1/chat/completions", "", userMsg)
+	r.route(nil, a, b)
+	if err != nil || got.text != "t0 t1 " || !strings.Contains(got.errEvent, "peg-native") || got.comments != 0 || len(b.requests()) != 0 {
+		t.Errorf("answer %+v (%v): want the head's 2 tokens and its error, nothing continued", got, err)
+	}
+}

@@ -33,7 +33,7 @@ type testHead struct {
 	srv    *httptest.Server
 
 	mu   sync.Mutex
-	mode string   // "" answers; "503" answers llama-server's loading 503; "reset" closes the connection; "cut" streams 2 tokens then closes; "block" waits for the client to leave
+	mode string   // "" answers; "503" answers llama-server's loading 503; "reset" closes the connection; "cut" streams 2 tokens then closes; "fail" streams 2 tokens then an error event; "block" waits for the client to leave
 	seen []string // each request's first message content, in arrival order
 	// bodies are the requests as received.
 	bodies []map[string]any
@@ -202,6 +202,10 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 		if mode == "cut" && i == 2 {
 			conn, _, _ := w.(http.Hijacker).Hijack()
 			conn.Close()
+			return
+		}
+		if mode == "fail" && i == 2 { // real llama-server's in-stream error, then the end
+			send(map[string]any{"error": map[string]any{"code": 500, "message": "The model produced output that does not match the expected peg-native format", "type": "server_error"}})
 			return
 		}
 		text := fmt.Sprintf("t%d ", first+i)
