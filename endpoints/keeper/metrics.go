@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/members"
 	"slurm-llm/slurm"
-	"slurm-llm/supervisor/elastic"
 )
 
 // Metrics are the keeper's figures for Prometheus (`[metrics] listen` in
@@ -313,13 +313,13 @@ func (k *Keeper) liveCounts() map[string]int {
 	for _, name := range k.cfg.TierNames() {
 		tc := k.cfg.Tiers[name]
 		if tc.elastic() {
-			c, err := elastic.NewStore(k.cfg.EndpointDir, name, []uint32{k.owner}).Read()
+			c, err := members.NewStore(k.cfg.EndpointDir, name, []uint32{k.owner}).Read()
 			if err != nil {
 				continue
 			}
 			n := 0
 			for _, mem := range c.Members {
-				if mem.State == elastic.StateReady && mem.Live(now) {
+				if mem.State == members.StateReady && mem.Live(now) {
 					n++
 				}
 			}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 
+	"slurm-llm/endpoints/members"
 	"slurm-llm/endpoints/promtest"
 	"slurm-llm/slurm"
-	"slurm-llm/supervisor/elastic"
 )
 
 // TestMetrics drives a keeper with a replicas tier, an elastic tier and a
@@ -25,11 +25,11 @@ import (
 // what the keeper submitted and cancelled.
 func TestMetrics(t *testing.T) {
 	cfg, f, epDir, uid := scaleRig(t)
-	members := DefaultTier
-	members.Name, members.JobName, members.Script, members.Members = "reasoning", "llm-reasoning", "/s/r.sbatch", 3
+	elasticTier := DefaultTier
+	elasticTier.Name, elasticTier.JobName, elasticTier.Script, elasticTier.Members = "reasoning", "llm-reasoning", "/s/r.sbatch", 3
 	plain := DefaultTier
 	plain.Name, plain.JobName, plain.Script, plain.Members = "small", "llm-small", "/s/small.sbatch", 1
-	cfg.Tiers["reasoning"], cfg.Tiers["small"] = members, plain
+	cfg.Tiers["reasoning"], cfg.Tiers["small"] = elasticTier, plain
 
 	mine := func(j slurm.QueuedJob) slurm.QueuedJob { j.UID = uid; return j }
 	stale := mine(job("12", "llm-fast-extra", slurm.JobPending, "")) // pending past start_timeout: cancelled
@@ -45,9 +45,9 @@ func TestMetrics(t *testing.T) {
 	f.queue["llm-reasoning"] = []slurm.JobRef{{ID: "20", State: slurm.JobRunning}, {ID: "21", State: slurm.JobRunning}, {ID: "22", State: slurm.JobPending}}
 	writeEndpoint(t, epDir, "10", 0)
 	writeEndpoint(t, epDir, "11", 0)
-	store := elastic.NewStore(epDir, "reasoning", []uint32{uid})
-	for i, st := range []elastic.State{elastic.StateReady, elastic.StateJoining} {
-		m := elastic.Member{Schema: elastic.SchemaVersion, Tier: "reasoning", JobID: []string{"20", "21"}[i], RunID: "0123456789abcdef",
+	store := members.NewStore(epDir, "reasoning", []uint32{uid})
+	for i, st := range []members.State{members.StateReady, members.StateJoining} {
+		m := members.Member{Schema: members.SchemaVersion, Tier: "reasoning", JobID: []string{"20", "21"}[i], RunID: "0123456789abcdef",
 			Node: "node1", Addr: "10.0.0.1", RPCPort: 50052, State: st, Heartbeat: scaleNow, LeaseExpires: scaleNow.Add(10 * time.Second)}
 		if err := store.WriteMember(m); err != nil {
 			t.Fatal(err)

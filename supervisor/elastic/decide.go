@@ -151,7 +151,7 @@ func candidate(v View) (Member, bool) {
 	var best Member
 	found := false
 	for _, m := range append([]Member{v.Self}, v.Members...) {
-		if !m.usable(v.Now) || m.CannotLead {
+		if !m.Usable(v.Now) || m.CannotLead {
 			continue
 		}
 		if !found || Younger(m.JobID, best.JobID) || (m.JobID == best.JobID && m.RunID > best.RunID) {
@@ -167,7 +167,7 @@ func candidate(v View) (Member, bool) {
 func coming(v View, workers int) int {
 	n := 0
 	for _, m := range v.Members {
-		if m.JobID != v.Self.JobID && m.usable(v.Now) && !m.Leads {
+		if m.JobID != v.Self.JobID && m.Usable(v.Now) && !m.Leads {
 			n++
 		}
 	}
@@ -177,7 +177,7 @@ func coming(v View, workers int) int {
 func workers(v View) []Member {
 	var out []Member
 	for _, m := range v.Members {
-		if m.JobID == v.Self.JobID || !m.usable(v.Now) || m.State != StateReady || m.Term != v.Term.N || m.Leads {
+		if m.JobID == v.Self.JobID || !m.Usable(v.Now) || m.State != StateReady || m.Term != v.Term.N || m.Leads {
 			continue
 		}
 		out = append(out, m)

@@ -1,6 +1,7 @@
-package elastic
+package members
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -115,4 +116,9 @@ func TestRemoveMemberOnlyOwnRun(t *testing.T) {
 	if c, _ := s.Read(); len(c.Members) != 0 {
 		t.Error("the member file is left after its own run removed it")
 	}
+}
+
+func jsonOf(v any) (string, error) {
+	b, err := json.Marshal(v)
+	return string(b), err
 }
