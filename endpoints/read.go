@@ -116,6 +116,36 @@ func checkName(name string, e Endpoint) error {
 	return nil
 }
 
+// ErrNotOurs is an endpoint file that exists under a job's file name but
+// that its reader refuses: another owner's, not a regular file, or one
+// others could rewrite. To the job whose name it is, it means the name was
+// taken by someone else (squatting: a job id is public while the job is
+// pending).
+var ErrNotOurs = errors.New("endpoint file refused")
+
+// refused is a check's error that also is ErrNotOurs; it reads as the
+// check's own words (they go to status's WHY column as they were).
+type refused struct{ err error }
+
+func (r refused) Error() string        { return r.err.Error() }
+func (r refused) Unwrap() error        { return r.err }
+func (r refused) Is(target error) bool { return target == ErrNotOurs }
+
+// ReadFile reads one endpoint file as ReadDir reads each: opened without
+// following a link or blocking, checked on the descriptor, parsed strictly,
+// its name checked against its content. A file that is there but fails the
+// checks of the descriptor wraps ErrNotOurs.
+func ReadFile(path string, opts ReadOptions) (Endpoint, error) {
+	e, err := readFile(path, opts)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if err := checkName(filepath.Base(path), e); err != nil {
+		return Endpoint{}, err
+	}
+	return e, nil
+}
+
 // readFile opens path without following symlinks, checks what it is through
 // the open descriptor (so it cannot be swapped between check and read), and
 // parses at most the size limit.
@@ -123,7 +153,7 @@ func readFile(path string, opts ReadOptions) (Endpoint, error) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
-			return Endpoint{}, errors.New("is a symlink")
+			return Endpoint{}, refused{errors.New("is a symlink")}
 		}
 		return Endpoint{}, fmt.Errorf("open: %w", err)
 	}
@@ -134,7 +164,7 @@ func readFile(path string, opts ReadOptions) (Endpoint, error) {
 		limit = DefaultMaxFileSize
 	}
 	if err := checkFile(f, opts.AllowedUIDs, limit); err != nil {
-		return Endpoint{}, err
+		return Endpoint{}, refused{err}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {

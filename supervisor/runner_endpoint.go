@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +111,8 @@ func newPublisher(dir, runID, hint string, slow time.Duration, log hclog.Logger,
 		switch {
 		case rep.Running:
 			log.Warn("endpoint write is slow: storage stalled?", "running_for", rep.Took.Round(time.Millisecond))
+		case errors.Is(rep.Err, errNameTaken):
+			log.Error("cannot publish the tier", "dir", dir, "error", rep.Err)
 		case rep.Err != nil:
 			log.Warn("cannot write endpoint file", "dir", dir, "took", rep.Took.Round(time.Millisecond), "error", rep.Err)
 		default:
@@ -118,10 +122,22 @@ func newPublisher(dir, runID, hint string, slow time.Duration, log hclog.Logger,
 	return &publisher{dir: dir, runID: runID, hint: hint, log: log, latest: fsutil.NewLatest(slow, report), superseded: superseded}
 }
 
+// errNameTaken: the endpoint file's name holds a file that is not this
+// job's.
+var errNameTaken = errors.New("endpoint file name taken")
+
 // publish writes e unless the file belongs to a newer run.
 func (p *publisher) publish(e endpoints.Endpoint) {
 	p.latest.Do(func() error {
-		cur, ok := p.current(e.Tier, e.JobID)
+		cur, ok, err := p.current(e.Tier, e.JobID)
+		if err != nil {
+			// Only this job's account can write the file (the endpoint
+			// directory is checked at start): a file there that is not
+			// ours was made by someone with more rights, or before the
+			// directory was fixed. Never trusted, never replaced.
+			return fmt.Errorf("%w: %s is not this job's (%v): the name was taken by someone else; the tier is not published until root removes it",
+				errNameTaken, endpoints.FileName(e.Tier, e.JobID), err)
+		}
 		if ok && newerRun(cur, e) {
 			p.superseded()
 			return nil
@@ -155,7 +171,12 @@ func (p *publisher) tell(tier, jobID string) {
 // gone, or unreadable: not another run's).
 func (p *publisher) remove(tier, jobID string) {
 	p.latest.Do(func() error {
-		if cur, ok := p.current(tier, jobID); ok && cur.RunID != p.runID {
+		cur, ok, err := p.current(tier, jobID)
+		if err != nil {
+			p.log.Warn("endpoint file left in place: it is not this job's", "error", err)
+			return nil
+		}
+		if ok && cur.RunID != p.runID {
 			p.log.Info("endpoint file left in place: another run of the job wrote it", "run_id", cur.RunID, "restart_count", cur.RestartCount)
 			return nil
 		}
@@ -173,13 +194,13 @@ func (p *publisher) wait(ctx context.Context) error { return p.latest.Wait(ctx) 
 
 // current reads the endpoint file of tier and job as it stands; ok is
 // false when it is absent or not a valid endpoint file.
-func (p *publisher) current(tier, jobID string) (endpoints.Endpoint, bool) {
-	b, err := os.ReadFile(filepath.Join(p.dir, endpoints.FileName(tier, jobID)))
-	if err != nil {
-		return endpoints.Endpoint{}, false
+func (p *publisher) current(tier, jobID string) (endpoints.Endpoint, bool, error) {
+	e, err := endpoints.ReadFile(filepath.Join(p.dir, endpoints.FileName(tier, jobID)),
+		endpoints.ReadOptions{AllowedUIDs: []uint32{uint32(os.Getuid())}})
+	if errors.Is(err, endpoints.ErrNotOurs) {
+		return endpoints.Endpoint{}, false, err
 	}
-	e, err := endpoints.Parse(b)
-	return e, err == nil
+	return e, err == nil, nil
 }
 
 // newerRun reports whether the file cur was written by a newer run of the

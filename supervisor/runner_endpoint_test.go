@@ -1,12 +1,18 @@
 package supervisor
 
 import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
 	"slurm-llm/supervisor/clock"
@@ -89,6 +95,74 @@ func TestTruncateReason(t *testing.T) {
 			}
 			if !utf8.ValidString(got) {
 				t.Errorf("truncateReason gave invalid UTF-8 %q", got)
+			}
+		})
+	}
+}
+
+// TestASquattedEndpointFileIsNeitherTrustedNorReplaced: a user who creates
+// the job's endpoint file first (a job id is public while the job is
+// pending) with a newer restart count made the old publisher believe a
+// newer run owned the file and stop the tier (issue 23, item 2). Now the
+// file is not this account's, so it is not trusted; the tier says loudly
+// that its name was taken, and the file is left as it is. So must a FIFO
+// under the name (the old reader blocked on it).
+func TestASquattedEndpointFileIsNeitherTrustedNorReplaced(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give a file another owner")
+	}
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	ours := endpoints.Endpoint{
+		Schema: endpoints.SchemaVersion, Tier: "fast", JobID: "1234",
+		Host: "node1", Port: 8080, State: endpoints.StateReady, Node: "node1", PID: 4242,
+		StartedAt: t0, Heartbeat: t0, LeaseExpires: t0.Add(time.Minute), RunID: "0123456789abcdef",
+	}
+	forged := ours
+	forged.RestartCount, forged.RunID = 99, "fedcba9876543210"
+	for _, squat := range []string{"another user's file", "a FIFO"} {
+		t.Run(squat, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, endpoints.FileName("fast", "1234"))
+			if squat == "a FIFO" {
+				if err := syscall.Mkfifo(path, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				b, err := endpoints.Marshal(forged)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chown(path, 4242, 4242); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _ := os.Lstat(path)
+			var logs bytes.Buffer
+			log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+			superseded := 0
+			p := newPublisher(dir, ours.RunID, "", time.Minute, log, func() { superseded++ })
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			p.publish(ours) // the latest call wins: wait for each
+			if err := p.wait(ctx); err != nil {
+				t.Fatalf("the publisher did not finish (blocked on the file?): %v", err)
+			}
+			p.remove("fast", "1234")
+			if err := p.wait(ctx); err != nil {
+				t.Fatalf("the publisher did not finish (blocked on the file?): %v", err)
+			}
+			if superseded != 0 {
+				t.Errorf("a squatted file made the run believe it was superseded")
+			}
+			after, err := os.Lstat(path)
+			if err != nil || !os.SameFile(before, after) {
+				t.Errorf("the squatted file was replaced or removed (%v)", err)
+			}
+			if !strings.Contains(logs.String(), "[ERROR] cannot publish the tier") || !strings.Contains(logs.String(), "taken by someone else") {
+				t.Errorf("no loud log line says the name was taken:\n%s", logs.String())
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/slurm"
 	"slurm-llm/supervisor/tier"
 )
@@ -83,6 +84,9 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: valid\n\n%s", opts.path, out.String())
 	notes = append(notes, more...)
+	// The shared directory, as the job will check it at start (issue 23).
+	what, _ := fsutil.DescribeDir(cfg.EndpointDir)
+	notes = append(notes, fmt.Sprintf("endpoint_dir %s: %s", cfg.EndpointDir, what))
 	for _, n := range notes {
 		fmt.Fprintf(stdout, "\nnote: %s\n", n)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/slurm"
 	"slurm-llm/supervisor"
 	"slurm-llm/supervisor/elastic"
@@ -94,7 +95,30 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if idle > 0 {
 		log.Info("extra replica: ends after serving with nothing in flight", "idle_exit", idle)
 	}
+	if err := checkSharedDirs(cfg); err != nil {
+		log.Error("unsafe shared directory: the tier does not start", "error", err)
+		return exitUsage
+	}
 	return supervise(cfg, alloc, idle, sigs, log)
+}
+
+// checkSharedDirs checks, before anything starts, the directories of the
+// shared file system the tier writes and trusts (issue 23): the endpoint
+// directory, and an elastic tier's members/ and members/<tier>/ (made when
+// missing) must be real directories of this job's account that others
+// cannot write; another user's, a symlink or one anyone can write would let
+// them squat the tier's file names, plant files, or swap term files.
+func checkSharedDirs(cfg *tier.Config) error {
+	uid := uint32(os.Getuid())
+	if err := fsutil.CheckDir(cfg.EndpointDir, uid); err != nil {
+		return fmt.Errorf("endpoint_dir: %w", err)
+	}
+	if cfg.Elastic != nil {
+		if err := elastic.NewStore(cfg.EndpointDir, cfg.Tier, []uint32{uid}).EnsureDirs(); err != nil {
+			return fmt.Errorf("the elastic tier's members directory: %w", err)
+		}
+	}
+	return nil
 }
 
 // idleExitFromEnv reads SLURM_LLM_IDLE_EXIT, which the keeper sets on the
@@ -202,7 +226,7 @@ func newMember(cfg *tier.Config, alloc slurm.Allocation, client *slurm.Client, l
 		// Every member is a job of the same account (the keeper's): a
 		// member or term file of another owner is ignored, so that write
 		// access to the shared directory is not enough to join or lead.
-		Files:      elastic.NewStore(cfg.EndpointDir, cfg.Tier, []uint32{uint32(os.Getuid())}),
+		Files:      elastic.NewStore(cfg.EndpointDir, cfg.Tier, []uint32{uint32(os.Getuid())}).WithClock(time.Now, cfg.Elastic.Skew),
 		Launcher:   launcher,
 		StopMargin: tier.ShimMargin,
 		Observer:   life.Observe,

@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // WriteFile replaces path with data, atomically: a reader sees the old file
@@ -70,11 +72,19 @@ func writeSyncClose(f *os.File, b []byte, perm fs.FileMode) error {
 // sameContent reports whether path is a regular file with permission perm
 // holding exactly b. Any error means "not the same".
 func sameContent(path string, b []byte, perm fs.FileMode) (bool, error) {
-	fi, err := os.Lstat(path)
+	// Opened without following a link or blocking, and checked on the
+	// descriptor: in a shared directory the name may not be what Lstat saw.
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != perm || fi.Size() != int64(len(b)) {
 		return false, err
 	}
-	old, err := os.ReadFile(path)
+	old, err := io.ReadAll(io.LimitReader(f, int64(len(b))+1))
 	if err != nil {
 		return false, err
 	}

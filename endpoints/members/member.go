@@ -142,6 +142,8 @@ func (t Term) Validate() error {
 		return fmt.Errorf("job_id %q: not a job id", t.JobID)
 	case !runIDRE.MatchString(t.RunID):
 		return errors.New("run_id: want 16 hex digits")
+	case t.Node != "" && endpoints.CheckHost(t.Node) != nil:
+		return fmt.Errorf("node: %w", endpoints.CheckHost(t.Node))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/fsutil"
@@ -19,6 +20,11 @@ import (
 
 // maxFileSize bounds a member or term file read (they are a few hundred bytes).
 const maxFileSize = 16 << 10
+
+// DefaultSkew is how far in the future a member file's heartbeat may be
+// before the file is ignored, when the store is given no skew: a lease
+// cannot be kept alive for ever by a heartbeat in 2099.
+const DefaultSkew = 30 * time.Second
 
 // Store keeps an elastic tier's member and term files in its directory,
 // <endpoint_dir>/members/<tier>. Files are read as untrusted input: a
@@ -30,11 +36,22 @@ type Store struct {
 	tier string
 	// uids are the owners whose files count; empty means any.
 	uids []uint32
+	now  func() time.Time
+	skew time.Duration
 }
 
 // NewStore returns the store of tier under endpointDir.
 func NewStore(endpointDir, tier string, allowedUIDs []uint32) *Store {
-	return &Store{dir: filepath.Join(endpointDir, "members", tier), tier: tier, uids: allowedUIDs}
+	return &Store{dir: filepath.Join(endpointDir, "members", tier), tier: tier, uids: allowedUIDs, now: time.Now, skew: DefaultSkew}
+}
+
+// WithClock sets the clock and the clock skew the store allows: a member
+// file whose heartbeat is further in the future than skew is ignored (the
+// elastic tier's [elastic] skew: beyond it the leadership rule is not safe
+// anyway). It returns the store.
+func (s *Store) WithClock(now func() time.Time, skew time.Duration) *Store {
+	s.now, s.skew = now, skew
+	return s
 }
 
 // Dir is the store's directory.
@@ -54,9 +71,22 @@ type Contents struct {
 	Ignored []Ignored
 }
 
-// Read reads every member file and the highest term file.
+// Read reads every member file and the highest term file. Neither the
+// directory nor its parent may be a symlink (never followed elsewhere).
 func (s *Store) Read() (Contents, error) {
 	var c Contents
+	for _, d := range []string{filepath.Dir(s.dir), s.dir} {
+		fi, err := os.Lstat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			return c, nil
+		}
+		if err != nil {
+			return c, fmt.Errorf("read members of tier %s: %w", s.tier, err)
+		}
+		if !fi.IsDir() {
+			return c, fmt.Errorf("read members of tier %s: %s is not a directory (%s): not followed", s.tier, d, fi.Mode().Type())
+		}
+	}
 	ents, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
@@ -64,17 +94,23 @@ func (s *Store) Read() (Contents, error) {
 	if err != nil {
 		return c, fmt.Errorf("read members of tier %s: %w", s.tier, err)
 	}
+	now := s.now()
 	for _, e := range ents {
 		name := e.Name()
 		switch {
 		case strings.HasPrefix(name, "member-") && strings.HasSuffix(name, ".json"):
-			var m Member
-			if err := s.readFile(name, &m); err != nil {
+			m, err := s.readMember(name)
+			if err != nil {
 				c.Ignored = append(c.Ignored, Ignored{name, err.Error()})
 				continue
 			}
 			if err := s.checkMember(name, m); err != nil {
 				c.Ignored = append(c.Ignored, Ignored{name, err.Error()})
+				continue
+			}
+			if m.Heartbeat.After(now.Add(s.skew)) {
+				c.Ignored = append(c.Ignored, Ignored{name, fmt.Sprintf("heartbeat %s is more than %s in the future",
+					m.Heartbeat.UTC().Format(time.RFC3339), s.skew)})
 				continue
 			}
 			c.Members = append(c.Members, m)
@@ -83,13 +119,18 @@ func (s *Store) Read() (Contents, error) {
 			if err != nil || n <= c.Term.N {
 				continue
 			}
-			var t Term
-			if err := s.readFile(name, &t); err != nil {
+			b, err := s.readFile(name)
+			if err != nil {
 				c.Ignored = append(c.Ignored, Ignored{name, err.Error()})
 				continue
 			}
-			if err := t.Validate(); err != nil || t.N != n {
-				c.Ignored = append(c.Ignored, Ignored{name, fmt.Sprintf("invalid term file: %v", err)})
+			t, err := ParseTerm(b)
+			if err != nil {
+				c.Ignored = append(c.Ignored, Ignored{name, err.Error()})
+				continue
+			}
+			if t.N != n {
+				c.Ignored = append(c.Ignored, Ignored{name, fmt.Sprintf("invalid term file: term %d in a file named for term %d", t.N, n)})
 				continue
 			}
 			c.Term = t
@@ -98,11 +139,17 @@ func (s *Store) Read() (Contents, error) {
 	return c, nil
 }
 
-// checkMember checks a member file's content against its name and tier.
-func (s *Store) checkMember(name string, m Member) error {
-	if err := m.Validate(); err != nil {
-		return fmt.Errorf("invalid member file: %w", err)
+// readMember reads and parses one member file.
+func (s *Store) readMember(name string) (Member, error) {
+	b, err := s.readFile(name)
+	if err != nil {
+		return Member{}, err
 	}
+	return ParseMember(b)
+}
+
+// checkMember checks a valid member file's content against its name and tier.
+func (s *Store) checkMember(name string, m Member) error {
 	if m.Tier != s.tier {
 		return fmt.Errorf("member of tier %s, not %s", m.Tier, s.tier)
 	}
@@ -112,37 +159,82 @@ func (s *Store) checkMember(name string, m Member) error {
 	return nil
 }
 
-// readFile reads and decodes one file strictly: a regular file, not a
-// link, of an allowed owner, small, one JSON object without unknown fields.
-func (s *Store) readFile(name string, v any) error {
-	f, err := os.OpenFile(filepath.Join(s.dir, name), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// readFile reads and decodes one file strictly: opened without following
+// a link and without blocking (a FIFO named like a member file must not
+// hang every reader), then checked on the open descriptor: a regular file,
+// not writable by group or others, of an allowed owner, small. It returns
+// the bytes; ParseMember and ParseTerm decode them.
+func (s *Store) readFile(name string) ([]byte, error) {
+	fd, err := syscall.Open(filepath.Join(s.dir, name), syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open: %w", err)
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, errors.New("is a symlink")
+		}
+		return nil, fmt.Errorf("open: %w", &fs.PathError{Op: "open", Path: name, Err: err})
 	}
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("stat: %w", err)
+		return nil, fmt.Errorf("stat: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return errors.New("not a regular file")
+		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		return nil, fmt.Errorf("writable by group or others (mode %#o)", perm)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && len(s.uids) > 0 && !containsUID(s.uids, st.Uid) {
-		return fmt.Errorf("owned by uid %d, not an allowed owner", st.Uid)
+		return nil, fmt.Errorf("owned by uid %d, not an allowed owner", st.Uid)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
-		return fmt.Errorf("read: %w", err)
+		return nil, fmt.Errorf("read: %w", err)
 	}
 	if len(b) > maxFileSize {
-		return fmt.Errorf("larger than %d bytes", maxFileSize)
+		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
 	}
+	return b, nil
+}
+
+// decode reads one JSON object strictly: unknown fields and trailing data
+// are errors.
+func decode(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("parse: %w", err)
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("parse: trailing data after the JSON object")
+	}
 	return nil
+}
+
+// ParseMember decodes and validates a member file's bytes (untrusted: any
+// job writes the directory); the store adds the checks that need its
+// context (the file's name, tier and owner, the clock).
+func ParseMember(b []byte) (Member, error) {
+	var m Member
+	if err := decode(b, &m); err != nil {
+		return Member{}, err
+	}
+	if err := m.Validate(); err != nil {
+		return Member{}, fmt.Errorf("invalid member file: %w", err)
+	}
+	return m, nil
+}
+
+// ParseTerm decodes and validates a term file's bytes.
+func ParseTerm(b []byte) (Term, error) {
+	var t Term
+	if err := decode(b, &t); err != nil {
+		return Term{}, err
+	}
+	if err := t.Validate(); err != nil {
+		return Term{}, fmt.Errorf("invalid term file: %w", err)
+	}
+	return t, nil
 }
 
 func containsUID(uids []uint32, u uint32) bool {
@@ -169,10 +261,25 @@ func (s *Store) WriteMember(m Member) error {
 	if err != nil {
 		return fmt.Errorf("write member: %w", err)
 	}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	if err := s.EnsureDirs(); err != nil {
 		return fmt.Errorf("write member: %w", err)
 	}
 	return fsutil.WriteFile(filepath.Join(s.dir, memberFile(m.JobID)), append(b, '\n'), endpoints.FileMode)
+}
+
+// EnsureDirs makes members/ and members/<tier>/ when missing, and checks
+// that both are real directories of this account's that others cannot
+// write (fsutil.CheckDir): one another user made first is refused, never
+// taken (they could delete or swap the term files, or point them
+// elsewhere).
+func (s *Store) EnsureDirs() error {
+	uid := uint32(os.Getuid())
+	for _, d := range []string{filepath.Dir(s.dir), s.dir} {
+		if err := fsutil.EnsureDir(d, uid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrTermTaken means another member created the term file first.
@@ -190,7 +297,7 @@ func (s *Store) TakeTerm(t Term) error {
 	if err != nil {
 		return fmt.Errorf("take term: %w", err)
 	}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	if err := s.EnsureDirs(); err != nil {
 		return fmt.Errorf("take term: %w", err)
 	}
 	// Written under a temporary name and linked into place: link(2) fails
@@ -224,9 +331,9 @@ func (s *Store) TakeTerm(t Term) error {
 
 // RemoveMember deletes jobID's member file if it still belongs to runID.
 func (s *Store) RemoveMember(jobID, runID string) error {
-	var m Member
 	name := memberFile(jobID)
-	if err := s.readFile(name, &m); err != nil {
+	m, err := s.readMember(name)
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}

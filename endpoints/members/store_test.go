@@ -5,11 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/endpoints/fsutil"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -121,4 +125,162 @@ func TestRemoveMemberOnlyOwnRun(t *testing.T) {
 func jsonOf(v any) (string, error) {
 	b, err := json.Marshal(v)
 	return string(b), err
+}
+
+// Issue 23: a FIFO named like a member file blocked every Store.Read for
+// ever (every member's supervisor and every keeper scrape, each leaking a
+// goroutine): it is opened without blocking, and ignored.
+func TestAFIFOIsIgnoredNotWaitedFor(t *testing.T) {
+	dir := t.TempDir()
+	s := NewStore(dir, "reasoning", nil)
+	if err := s.WriteMember(member("101")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(s.Dir(), "member-102.json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Contents, 1)
+	go func() {
+		c, _ := s.Read()
+		done <- c
+	}()
+	select {
+	case c := <-done:
+		if len(c.Members) != 1 || len(c.Ignored) != 1 || !strings.Contains(c.Ignored[0].Reason, "not a regular file") {
+			t.Errorf("read %+v: want member 101, the FIFO ignored", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Store.Read blocked on a FIFO")
+	}
+}
+
+// Issue 23: a heartbeat in 2099 kept a member's lease alive for ever.
+func TestAFutureHeartbeatIsIgnored(t *testing.T) {
+	s := NewStore(t.TempDir(), "reasoning", nil).WithClock(func() time.Time { return t0 }, 3*time.Second)
+	far := member("101")
+	far.Heartbeat, far.LeaseExpires = time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2099, 1, 1, 0, 0, 10, 0, time.UTC)
+	near := member("102")
+	near.Heartbeat, near.LeaseExpires = t0.Add(2*time.Second), t0.Add(12*time.Second) // within the skew
+	for _, m := range []Member{far, near} {
+		if err := s.WriteMember(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := s.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Members) != 1 || c.Members[0].JobID != "102" || len(c.Ignored) != 1 || !strings.Contains(c.Ignored[0].Reason, "in the future") {
+		t.Errorf("read %+v: want 102 only, 101 ignored for its heartbeat", c)
+	}
+}
+
+// Issue 23: members/ and members/<tier>/ were made with MkdirAll, which
+// takes a directory another user made first (who could then delete or
+// swap term files): one anyone can write, another account's, or a symlink
+// is refused with how to fix it; the reader does not follow a symlink.
+func TestAPreCreatedMembersDirIsRefused(t *testing.T) {
+	t.Run("writable by others", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, "members", "reasoning"), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(dir, "members", "reasoning"), 0o777)
+		err := NewStore(dir, "reasoning", nil).WriteMember(member("101"))
+		if !errors.Is(err, fsutil.ErrUnsafeDir) || !strings.Contains(err.Error(), "chmod o-w") {
+			t.Errorf("write into a world-writable members dir: %v", err)
+		}
+	})
+	t.Run("another account's", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give a directory away")
+		}
+		dir := t.TempDir()
+		d := filepath.Join(dir, "members")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(d, 12345, 12345)
+		if err := NewStore(dir, "reasoning", nil).TakeTerm(Term{Schema: SchemaVersion, N: 1, JobID: "101", RunID: "0123456789abcdef"}); !errors.Is(err, fsutil.ErrUnsafeDir) {
+			t.Errorf("take a term in another user's members dir: %v", err)
+		}
+	})
+	t.Run("a symlink", func(t *testing.T) {
+		dir, elsewhere := t.TempDir(), t.TempDir()
+		if err := os.Symlink(elsewhere, filepath.Join(dir, "members")); err != nil {
+			t.Fatal(err)
+		}
+		s := NewStore(dir, "reasoning", nil)
+		if err := s.WriteMember(member("101")); !errors.Is(err, fsutil.ErrUnsafeDir) {
+			t.Errorf("write through a symlinked members dir: %v", err)
+		}
+		os.MkdirAll(filepath.Join(elsewhere, "reasoning"), 0o755)
+		if _, err := s.Read(); err == nil {
+			t.Errorf("read through a symlinked members dir: no error")
+		}
+	})
+}
+
+// FuzzParseMember feeds arbitrary bytes to the member file parser, as
+// FuzzParse does for endpoint files: it must not panic, and what it accepts
+// must be valid, with a node and address safe to print and dial, and
+// survive a write/parse round trip unchanged.
+func FuzzParseMember(f *testing.F) {
+	good, _ := json.Marshal(member("1001"))
+	f.Add(good)
+	f.Add([]byte(`{"schema":1}`))
+	f.Add(append(append([]byte{}, good...), []byte(`{}`)...))
+	f.Add([]byte(strings.Replace(string(good), `"10.78.0.1"`, `"fd00::1%eth0"`, 1)))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseMember(b)
+		if err != nil {
+			return
+		}
+		if err := m.Validate(); err != nil {
+			t.Fatalf("ParseMember accepted an invalid member: %v", err)
+		}
+		if strings.ContainsAny(m.Node+m.Addr, " ;{}\"'\n\r\t\\$#") {
+			t.Fatalf("ParseMember accepted an unsafe node or address %q %q", m.Node, m.Addr)
+		}
+		again, err := json.Marshal(m)
+		if err != nil {
+			t.Fatalf("marshal accepted member: %v", err)
+		}
+		m2, err := ParseMember(again)
+		if err != nil {
+			t.Fatalf("re-parse: %v", err)
+		}
+		if d := cmp.Diff(m, m2); d != "" {
+			t.Fatalf("round trip (-first +second):\n%s", d)
+		}
+	})
+}
+
+// FuzzParseTerm does the same for term files.
+func FuzzParseTerm(f *testing.F) {
+	good, _ := json.Marshal(Term{Schema: SchemaVersion, N: 3, JobID: "1001", RunID: "0123456789abcdef", Node: "node1", Created: t0})
+	f.Add(good)
+	f.Add([]byte(`{"schema":1,"term":-1}`))
+	f.Add([]byte(`{"schema":1,"term":99999999999999999999}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tm, err := ParseTerm(b)
+		if err != nil {
+			return
+		}
+		if err := tm.Validate(); err != nil || tm.N < 1 {
+			t.Fatalf("ParseTerm accepted an invalid term (%d): %v", tm.N, err)
+		}
+		again, err := json.Marshal(tm)
+		if err != nil {
+			t.Fatalf("marshal accepted term: %v", err)
+		}
+		tm2, err := ParseTerm(again)
+		if err != nil {
+			t.Fatalf("re-parse: %v", err)
+		}
+		if d := cmp.Diff(tm, tm2); d != "" {
+			t.Fatalf("round trip (-first +second):\n%s", d)
+		}
+	})
 }
