@@ -52,7 +52,28 @@ const (
 	WhyGone       = "job gone"
 	WhySuperseded = "superseded by a later restart"
 	WhyOldTerm    = "superseded by a newer leader"
+	WhyFuture     = "heartbeat in the future"
 )
+
+// DefaultClockSkew is how far in the future an endpoint file's heartbeat
+// may be (clocks of the nodes and the controller differ a little) before
+// the file is not trusted: a heartbeat in 2099 would keep its lease for
+// ever.
+const DefaultClockSkew = 30 * time.Second
+
+// DecideOptions are what a caller knows beyond the files: how much clock
+// skew to allow, and which entries passed every check it makes (owner,
+// job, tier), and so may fence others.
+type DecideOptions struct {
+	// Skew is the clock skew allowed to a heartbeat; zero means
+	// DefaultClockSkew.
+	Skew time.Duration
+	// Trusted reports whether an entry passed every check; only those
+	// count for the restart and term fences (a forged file with a huge
+	// term or restart count must not supersede the real ones). Nil means
+	// all do. An entry with a heartbeat beyond the skew never does.
+	Trusted func(Entry) bool
+}
 
 // FenceKey names a tier's job for fencing by restart count.
 func FenceKey(tier, jobID string) string { return tier + "/" + jobID }
@@ -90,12 +111,24 @@ func AskScheduler(ctx context.Context, c JobChecker, ids []string) JobStates {
 // is RUNNING. A scheduler error drops nothing: such entries stay live and
 // are marked unverified. Decisions keep the order of entries.
 func Decide(entries []Entry, jobs JobStates, fences map[string]int, now time.Time) []Decision {
-	latest := LatestRestarts(entries, fences)
-	terms := highestTerms(entries, now)
+	return DecideWith(entries, jobs, fences, now, DecideOptions{})
+}
+
+// DecideWith is Decide with what the caller knows beyond the files: only
+// the entries Fenceable keeps count for the fences, and a heartbeat further
+// in the future than the skew is not live (WhyFuture).
+func DecideWith(entries []Entry, jobs JobStates, fences map[string]int, now time.Time, opts DecideOptions) []Decision {
+	fenceable := Fenceable(entries, now, opts)
+	latest := LatestRestarts(fenceable, fences)
+	terms := highestTerms(fenceable, now)
+	skew := opts.skew()
 	out := make([]Decision, 0, len(entries))
 	for _, en := range entries {
 		d := Decision{Entry: en}
 		d.Why = decide(en.Endpoint, jobs, latest, now)
+		if en.Endpoint.Heartbeat.After(now.Add(skew)) {
+			d.Why = WhyFuture
+		}
 		if d.Why == WhyReady && en.Endpoint.Term < terms[en.Endpoint.Tier] {
 			d.Why = WhyOldTerm
 		}
@@ -130,6 +163,26 @@ func decide(e Endpoint, jobs JobStates, latest map[string]int, now time.Time) st
 		return "job " + state
 	}
 	return WhyReady
+}
+
+func (o DecideOptions) skew() time.Duration {
+	if o.Skew <= 0 {
+		return DefaultClockSkew
+	}
+	return o.Skew
+}
+
+// Fenceable returns the entries that may fence others: trusted (see
+// DecideOptions) and with a heartbeat within the skew.
+func Fenceable(entries []Entry, now time.Time, opts DecideOptions) []Entry {
+	out := make([]Entry, 0, len(entries))
+	for _, en := range entries {
+		if en.Endpoint.Heartbeat.After(now.Add(opts.skew())) || (opts.Trusted != nil && !opts.Trusted(en)) {
+			continue
+		}
+		out = append(out, en)
+	}
+	return out
 }
 
 // highestTerms returns each tier's highest leadership term among the

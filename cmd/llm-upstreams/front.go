@@ -117,6 +117,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 // newFrontUpdater is newUpdater for the front door: the same checks, its
 // passes routed in memory.
 func newFrontUpdater(cfg upstreams.Config, log hclog.Logger, routes func(upstreams.Report)) *upstreams.Updater {
+	warnUnsafeDir(cfg, log)
 	opts := updaterOptions(cfg, log)
 	opts.Routes = routes
 	return upstreams.New(cfg, opts)

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/signal"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/slurm"
@@ -156,7 +158,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // newUpdater wires the real scheduler, resolver and nginx runner.
 func newUpdater(cfg upstreams.Config, log hclog.Logger) *upstreams.Updater {
+	warnUnsafeDir(cfg, log)
 	return upstreams.New(cfg, updaterOptions(cfg, log))
+}
+
+// warnUnsafeDir warns when the endpoint directory is one others can
+// write (or a symlink): every file is still checked, but anyone could
+// squat a tier's file names there or flood it (issue 23). The tiers'
+// jobs refuse to start on such a directory; the controller reads on, so
+// that a fix on the job side is not an outage here.
+func warnUnsafeDir(cfg upstreams.Config, log hclog.Logger) {
+	if err := fsutil.CheckShared(cfg.EndpointDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		log.Warn("the endpoint directory is not safe: the tiers' jobs will refuse it", "error", err)
+	}
 }
 
 // updaterOptions are the real scheduler and queue (when the config asks

@@ -74,3 +74,18 @@ func EnsureDir(path string, owner uint32) error {
 	}
 	return CheckDir(path, owner)
 }
+
+// CheckShared is CheckDir for a reader that is not the directory's owner
+// (the controller reads the tier account's endpoint directory): a real
+// directory, not writable by others; whose it is is not checked.
+func CheckShared(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("directory %s: %w", path, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("directory %s: no owner information", path)
+	}
+	return CheckDir(path, st.Uid)
+}

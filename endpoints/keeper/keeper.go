@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,7 +49,7 @@ type Scheduler interface {
 // Options are what a Keeper uses besides its config. The zero value talks
 // to the real Slurm, logs nothing and reads the real clock.
 type Options struct {
-	// Scheduler nil means &slurm.Client{Timeout: cfg.SchedulerTimeout, User: cfg.SubmitAs}:
+	// Scheduler nil means &slurm.Client{Timeout: cfg.SchedulerTimeout, User: submit_as or this process's uid}:
 	// only the submitting account's jobs count as a tier's jobs.
 	Scheduler Scheduler
 	// Log nil means no logging.
@@ -76,8 +77,12 @@ type Keeper struct {
 // New returns a Keeper for cfg (as Load returns it).
 func New(cfg Config, opts Options) *Keeper {
 	k := &Keeper{cfg: cfg, sched: opts.Scheduler, log: opts.Log, now: opts.Now, store: NewStore(cfg.StateDir), metrics: newMetrics()}
+	k.owner = uint32(os.Getuid())
+	if opts.Owner != nil {
+		k.owner = *opts.Owner
+	}
 	if k.sched == nil {
-		k.sched = &slurm.Client{Timeout: cfg.SchedulerTimeout, User: cfg.SubmitAs}
+		k.sched = &slurm.Client{Timeout: cfg.SchedulerTimeout, User: k.account()}
 	}
 	k.sched = countingScheduler{Scheduler: k.sched, m: k.metrics}
 	if k.log == nil {
@@ -86,11 +91,20 @@ func New(cfg Config, opts Options) *Keeper {
 	if k.now == nil {
 		k.now = time.Now
 	}
-	k.owner = uint32(os.Getuid())
-	if opts.Owner != nil {
-		k.owner = *opts.Owner
-	}
 	return k
+}
+
+// account is the account whose jobs are the tiers' jobs, as squeue -u
+// takes it: submit_as, or, when it is empty, the account keep runs as
+// (sbatch submits as its caller). It is never empty: without -u, squeue
+// lists every user's jobs, and another user's job named llm-fast would
+// pass for the tier's (never submitted, or the real one cancelled as a
+// duplicate).
+func (k *Keeper) account() string {
+	if k.cfg.SubmitAs != "" {
+		return k.cfg.SubmitAs
+	}
+	return strconv.FormatUint(uint64(k.owner), 10)
 }
 
 // Store is where the keeper keeps its state files.

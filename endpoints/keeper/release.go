@@ -151,7 +151,7 @@ type ReleaseResult struct {
 }
 
 // Release runs one release check: one squeue call for the jobs of every
-// tier (the submit account's only, when submit_as is set), the tiers'
+// tier (the keeper account's only, always: squeue -u), the tiers'
 // states read without the lock (the check writes nothing), PlanReleases,
 // then a release of each job it says to release.
 func (k *Keeper) Release(ctx context.Context) ReleaseResult {
@@ -167,7 +167,7 @@ func (k *Keeper) Release(ctx context.Context) ReleaseResult {
 		}
 		states[name] = st
 	}
-	jobs, err := k.sched.Queue(ctx, slurm.QueueQuery{Names: names, User: k.cfg.SubmitAs})
+	jobs, err := k.sched.Queue(ctx, slurm.QueueQuery{Names: names, User: k.account()})
 	res := ReleaseResult{ListErr: err, Err: err, Next: now.Add(k.cfg.ReleaseInterval)}
 	if err == nil {
 		k.metrics.listedKept(k.cfg, jobs, now)

@@ -158,8 +158,8 @@ func TestKeeperReleaseCheck(t *testing.T) {
 	if len(f.released) != 0 || !res.Next.Equal(t0.Add(time.Second)) {
 		t.Fatalf("in the requeue's second: released %v, next check %s; want none, at t0+1s", f.released, res.Next)
 	}
-	if q := f.queries[0]; len(q.Names) != 1 || q.Names[0] != "llm-fast" || q.User != "" || len(q.States) != 0 {
-		t.Errorf("squeue query %+v, want the tier's job name", q)
+	if q := f.queries[0]; len(q.Names) != 1 || q.Names[0] != "llm-fast" || q.User != "990" || len(q.States) != 0 {
+		t.Errorf("squeue query %+v, want the tier's job name, of the keeper's account only (-u 990)", q)
 	}
 	clock.advance(300 * time.Millisecond)
 	rl.record(k.Release(context.Background())) // same verdict: not logged again

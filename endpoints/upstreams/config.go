@@ -50,6 +50,13 @@ type Config struct {
 	AllowAnyNetwork bool
 	// MaxFileSize is the largest endpoint file read, in bytes.
 	MaxFileSize int64
+	// MaxFiles caps the endpoint files read per pass (in name order); the
+	// rest are rejected unread and counted: a directory flooded with junk
+	// costs a bounded pass.
+	MaxFiles int
+	// ClockSkew is how far in the future a heartbeat may be before its
+	// file is not trusted (not routed, fences nothing).
+	ClockSkew time.Duration
 	// SweepInterval is how often watch mode re-checks leases and the scheduler.
 	SweepInterval time.Duration
 	// Coalesce is how long watch mode waits after a file event or a hint
@@ -166,6 +173,8 @@ var defaultConfig = Config{
 	OutputDir:      "/etc/nginx/slurm-llm",
 	LockFile:       "/run/llm-upstreams/lock",
 	MaxFileSize:    endpoints.DefaultMaxFileSize,
+	MaxFiles:       DefaultMaxFiles,
+	ClockSkew:      endpoints.DefaultClockSkew,
 	SweepInterval:  time.Second,
 	Coalesce:       100 * time.Millisecond,
 	ResolveTimeout: 2 * time.Second,
@@ -231,6 +240,8 @@ func (c *Config) decode(d *tomlconf.Decoder) {
 		"allow_any_owner":   d.Bool(&c.AllowAnyOwner),
 		"allow_any_network": d.Bool(&c.AllowAnyNetwork),
 		"max_file_size":     d.Int64(&c.MaxFileSize),
+		"max_files":         d.Int(&c.MaxFiles),
+		"clock_skew":        d.Duration(&c.ClockSkew),
 		"sweep_interval":    d.Duration(&c.SweepInterval),
 		"coalesce":          d.Duration(&c.Coalesce),
 		"hint_listen":       d.String(&c.HintListen),
@@ -319,13 +330,17 @@ func (c *Config) check(d *tomlconf.Decoder, lookup func(string) (*user.User, err
 	for key, v := range map[string]time.Duration{"sweep_interval": c.SweepInterval, "coalesce": c.Coalesce,
 		"resolve_timeout": c.ResolveTimeout, "lock_timeout": c.LockTimeout, "nginx.timeout": c.Nginx.Timeout,
 		"scheduler.timeout": c.Scheduler.Timeout, "scheduler.max_age": c.Scheduler.MaxAge,
-		"scheduler.backoff_max": c.Scheduler.BackoffMax, "stale.grace": c.Stale.Grace, "stale.interval": c.Stale.Interval} {
+		"scheduler.backoff_max": c.Scheduler.BackoffMax, "stale.grace": c.Stale.Grace, "stale.interval": c.Stale.Interval,
+		"clock_skew": c.ClockSkew} {
 		if v <= 0 {
 			d.Invalid(strings.Split(key, "."), "want a positive duration")
 		}
 	}
 	if c.MaxFileSize <= 0 {
 		d.Invalid(toml.Key{"max_file_size"}, "want a positive size")
+	}
+	if c.MaxFiles <= 0 {
+		d.Invalid(toml.Key{"max_files"}, "want a positive number of files")
 	}
 	c.checkTiers(d)
 	c.checkFront(d)

@@ -35,6 +35,7 @@ type Metrics struct {
 	hints            uint64
 	rejectedTotal    uint64
 	rejected         int
+	skippedTotal     uint64
 	servers          map[string]int
 	lastGoodApply    time.Time
 	lastPassDuration time.Duration
@@ -226,6 +227,7 @@ func (m *Metrics) Record(r Report, err error) {
 	m.lastPassDuration = r.Duration
 	m.rejected = len(r.Scan.Rejected)
 	m.rejectedTotal += uint64(len(r.Scan.Rejected))
+	m.skippedTotal += uint64(r.SkippedFiles)
 	if r.SchedulerError != "" {
 		m.schedulerErrors++
 	}
@@ -287,6 +289,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter("llm_upstreams_hint_wakeups_total", "Times hints woke watch for a pass (a burst counts once).", m.hints)
 	counter("llm_upstreams_rejected_files_total", "Endpoint files rejected, summed over passes.", m.rejectedTotal)
 	e.emit("llm_upstreams_rejected_files", "Endpoint files rejected by the last pass.", prometheus.GaugeValue, float64(m.rejected))
+	counter("llm_upstreams_skipped_files_total", "Endpoint files left unread for max_files, summed over passes.", m.skippedTotal)
 	e.emit("llm_upstreams_last_pass_seconds", "Duration of the last pass.", prometheus.GaugeValue, m.lastPassDuration.Seconds())
 	var last float64
 	if !m.lastGoodApply.IsZero() {
@@ -344,6 +347,10 @@ type Route struct {
 	Handler http.Handler
 }
 
+// metricsTimeouts are the metrics listener's timeouts (tests shorten them).
+var metricsTimeouts = struct{ readHeader, read, write, idle time.Duration }{
+	readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: time.Minute}
+
 // ServeMetrics serves GET /metrics (what g gathers) and routes on addr
 // until ctx ends. Every listener has its timeouts: a client that sends
 // slowly or keeps a connection idle is cut.
@@ -357,8 +364,9 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, route
 	for _, r := range routes {
 		mux.Handle(r.Path, r.Handler)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: time.Minute}
+	t := metricsTimeouts
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: t.readHeader, ReadTimeout: t.read,
+		WriteTimeout: t.write, IdleTimeout: t.idle}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -223,3 +223,60 @@ func checkGolden(t *testing.T, path, got string, update bool) {
 		t.Errorf("%s (-want +got):\n%s", path, d)
 	}
 }
+
+// TestServeMetricsCutsSlowAndIdleClients: the metrics listener (watch,
+// keep and the front door's) cuts a client that sends its header slowly
+// and one that keeps a connection idle after a scrape (issue 23: it had
+// only the header timeout, so an idle connection was kept for ever).
+func TestServeMetricsCutsSlowAndIdleClients(t *testing.T) {
+	old := metricsTimeouts
+	defer func() { metricsTimeouts = old }()
+	metricsTimeouts.readHeader, metricsTimeouts.read, metricsTimeouts.write, metricsTimeouts.idle =
+		200*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond, 200*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServeMetrics(ctx, addr, (&Metrics{}).Gatherer()) }()
+	defer func() { cancel(); <-done }()
+
+	dial := func() net.Conn {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				return c
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("metrics listener never came up: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// closedWithin reads until the server closes the connection, or fails.
+	closedWithin := func(c net.Conn, what string) {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Errorf("%s: the connection was still open after 5 s", what)
+				}
+				return
+			}
+		}
+	}
+	slow := dial()
+	defer slow.Close()
+	io.WriteString(slow, "GET /metrics HTTP/1.1\r\n") // and never the rest
+	closedWithin(slow, "a header sent slowly")
+
+	idle := dial()
+	defer idle.Close()
+	io.WriteString(idle, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	closedWithin(idle, "an idle keep-alive connection after a scrape")
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unicode"
@@ -33,7 +34,16 @@ type scanner struct {
 	cache map[string]parsed
 	// now is the local clock, for the racy-file rule.
 	now func() time.Time
+	// maxFiles caps the files read per scan (0: no cap); tiers are the
+	// configured tiers, whose file names are read first when the cap
+	// bites (junk names cannot push the real files out).
+	maxFiles int
+	tiers    []string
 }
+
+// DefaultMaxFiles is the default cap on endpoint files read per pass
+// (max_files): a cluster has tens of tier jobs, a few hundred at most.
+const DefaultMaxFiles = 4096
 
 // fileID is what tells a file's content apart without reading it.
 type fileID struct {
@@ -64,6 +74,8 @@ type scanResult struct {
 	scan   endpoints.Scan
 	owners map[string]uint32
 	parsed int
+	// skipped counts the files not read for the cap (maxFiles).
+	skipped int
 }
 
 // scan reads dir. The error is non-nil only when dir itself cannot be
@@ -82,11 +94,14 @@ func (s *scanner) scan(dir string, allowed []uint32, limit int64) (scanResult, e
 	}
 	next := make(map[string]parsed, len(s.cache))
 	res := scanResult{owners: map[string]uint32{}}
+	names := make([]string, 0, len(des))
 	for _, de := range des {
-		name := de.Name()
-		if !endpoints.IsEndpointFileName(name) {
-			continue
+		if name := de.Name(); endpoints.IsEndpointFileName(name) {
+			names = append(names, name)
 		}
+	}
+	names, res.skipped = s.capped(names)
+	for _, name := range names {
 		e, uid, err := s.readFile(filepath.Join(dir, name), name, allowed, limit, now, next, &res.parsed)
 		if err != nil {
 			res.scan.Rejected = append(res.scan.Rejected, endpoints.Rejected{File: printable(name), Reason: printable(err.Error())})
@@ -97,6 +112,33 @@ func (s *scanner) scan(dir string, allowed []uint32, limit int64) (scanResult, e
 	}
 	s.cache = next
 	return res, nil
+}
+
+// capped keeps at most maxFiles of names (sorted, as os.ReadDir gives
+// them), the configured tiers' names first, and says how many it left out;
+// what it keeps is in name order again.
+func (s *scanner) capped(names []string) ([]string, int) {
+	if s.maxFiles <= 0 || len(names) <= s.maxFiles {
+		return names, 0
+	}
+	known := func(name string) bool {
+		for _, t := range s.tiers {
+			if strings.HasPrefix(name, t+"-") {
+				return true
+			}
+		}
+		return false
+	}
+	kept := make([]string, 0, s.maxFiles)
+	for _, pass := range []bool{true, false} {
+		for _, name := range names {
+			if len(kept) < s.maxFiles && known(name) == pass {
+				kept = append(kept, name)
+			}
+		}
+	}
+	slices.Sort(kept)
+	return kept, len(names) - len(kept)
 }
 
 // readFile checks and (unless cached) parses one file, as endpoints'

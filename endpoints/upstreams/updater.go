@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -56,6 +57,8 @@ type Updater struct {
 	// rejected is the last pass's rejections (file → reason), so a bad file
 	// is logged when it appears or changes, not on every sweep.
 	rejected map[string]string
+	// skipped is the last pass's count of files left unread (max_files).
+	skipped int
 	// resolved is each host name's last good lookup, used while the
 	// resolver fails for a reason other than "no such host".
 	resolved map[string][]string
@@ -117,6 +120,12 @@ type Report struct {
 	TierQueueError string   `json:"tier_queue_error,omitempty"`
 	Changed        []string `json:"changed,omitempty"`
 	Reloaded       bool     `json:"reloaded"`
+	// SkippedFiles counts the endpoint files this pass left unread for
+	// the max_files cap.
+	SkippedFiles int `json:"skipped_files,omitempty"`
+	// fenceable are the entries that passed every check: only they
+	// count for the restart and term fences.
+	fenceable []endpoints.Entry
 }
 
 // New returns an Updater for cfg.
@@ -216,7 +225,7 @@ func (u *Updater) lockedPass(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	u.saveFences(rep.Scan.Entries)
+	u.saveFences(rep.fenceable)
 	a := &Applier{Dir: u.cfg.OutputDir, Test: u.cfg.Nginx.Test, Reload: u.cfg.Nginx.Reload,
 		Runner: u.opts.Runner, Log: u.opts.Log}
 	res, err := a.Apply(ctx, ups)
@@ -239,7 +248,7 @@ func (u *Updater) frontPass(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	u.fences = pruneFences(endpoints.LatestRestarts(rep.Scan.Entries, u.fences), rep.Scan.Entries)
+	u.fences = pruneFences(endpoints.LatestRestarts(rep.fenceable, u.fences), rep.Scan.Entries)
 	for i := range rep.Tiers {
 		rep.Tiers[i].InSync = true // in memory: what is routed is what was decided
 	}
@@ -266,15 +275,18 @@ func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 	if err != nil {
 		return rep, nil, fmt.Errorf("pass: %w", err)
 	}
-	rep.Scan = res.scan
+	rep.Scan, rep.SkippedFiles = res.scan, res.skipped
 	u.logRejected(res.scan.Rejected)
+	u.logSkipped(res.skipped)
 	jobs, pending := u.jobStates(res.scan.Entries, now)
 	if jobs.Err != nil {
 		rep.SchedulerError = jobs.Err.Error()
 		rep.SchedulerRetry = u.sched.retryAt.UTC().Format(time.RFC3339)
 	}
 	u.fences = u.loadFences()
-	rep.Decisions = endpoints.Decide(res.scan.Entries, jobs, u.fences, now)
+	opts := endpoints.DecideOptions{Skew: u.cfg.ClockSkew, Trusted: u.trusted(jobs, pending, res.owners)}
+	rep.fenceable = endpoints.Fenceable(res.scan.Entries, now, opts)
+	rep.Decisions = endpoints.DecideWith(res.scan.Entries, jobs, u.fences, now, opts)
 	u.checkJobs(rep.Decisions, jobs, pending, res.owners)
 	live := u.resolve(ctx, rep.Decisions)
 	specs := u.cfg.TierSpecs()
@@ -295,6 +307,7 @@ func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 
 // scan reads the endpoint dir through the updater's cache.
 func (u *Updater) scan() (scanResult, error) {
+	u.scanner.maxFiles, u.scanner.tiers = u.cfg.MaxFiles, slices.Sorted(maps.Keys(u.cfg.Tiers))
 	return u.scanner.scan(u.cfg.EndpointDir, u.cfg.AllowedUIDs, u.cfg.MaxFileSize)
 }
 
@@ -322,6 +335,39 @@ func (u *Updater) checkJobs(ds []endpoints.Decision, jobs endpoints.JobStates, p
 			}
 		}
 	}
+}
+
+// trusted is the check an entry must pass to fence others (issue 23): a
+// configured tier, and, once the scheduler has answered about its job, a
+// job that runs or waits under the file's owner with its tier's job name;
+// a job the scheduler has not been asked about yet is trusted until it
+// answers (a new leader's file fences the old one at once), and so is
+// every entry while the scheduler does not answer (nothing to check
+// against; the owner allow list still applies). With allow_any_owner, a
+// forged file with a huge term or restart count so fences for at most the
+// pass before the scheduler's answer, where it fenced for ever before.
+func (u *Updater) trusted(jobs endpoints.JobStates, pending map[string]bool, owners map[string]uint32) func(endpoints.Entry) bool {
+	return func(en endpoints.Entry) bool {
+		tc, configured := u.cfg.Tiers[en.Endpoint.Tier]
+		switch {
+		case !configured:
+			return false
+		case !jobs.Asked || jobs.Err != nil || pending[en.Endpoint.JobID]:
+			return true
+		}
+		job, known := u.sched.jobs[en.Endpoint.JobID]
+		return known && job.UID == owners[en.File] && tc.IsTierJob(job.Name)
+	}
+}
+
+// logSkipped warns when the max_files cap leaves files unread, once per
+// change of the count.
+func (u *Updater) logSkipped(n int) {
+	if n > 0 && n != u.skipped {
+		u.opts.Log.Warn("endpoint directory holds more files than max_files: the rest are not read (the configured tiers' names first)",
+			"max_files", u.cfg.MaxFiles, "not_read", n)
+	}
+	u.skipped = n
 }
 
 // logRejected warns about each rejected file whose reason is new since the

@@ -31,6 +31,18 @@ func testEndpoint(tier, job, host string, port int) endpoints.Endpoint {
 	}
 }
 
+// withTerm is e as an elastic tier's head of term n, in state.
+func withTerm(e endpoints.Endpoint, n int, state endpoints.State) endpoints.Endpoint {
+	e.Term, e.State = n, state
+	return e
+}
+
+// inFuture is e with its heartbeat and lease moved d later.
+func inFuture(e endpoints.Endpoint, d time.Duration) endpoints.Endpoint {
+	e.Heartbeat, e.LeaseExpires = e.Heartbeat.Add(d), e.LeaseExpires.Add(d)
+	return e
+}
+
 // testConfig is a config on temp dirs with tiers fast and reasoning (backup fast).
 func testConfig(t testing.TB) Config {
 	t.Helper()
@@ -132,6 +144,38 @@ func TestPass(t *testing.T) {
 			want: []tierView{{"fast", "fast", []string{"10.0.0.1:8080", "10.0.0.2:8080"}},
 				{"reasoning", "fast", []string{"10.0.0.1:8080", "10.0.0.2:8080"}}},
 			wantWhy: []string{"ready", "ready"}},
+		// Only entries that passed every check fence others (issue 23): a
+		// forged file with a huge term, of another user's job named like
+		// the tier or of no job at all, supersedes nothing.
+		{name: "forged term of another user's job fences nothing",
+			files: []endpoints.Endpoint{withTerm(testEndpoint("reasoning", "2", "10.0.0.1", 8080), 3, endpoints.StateReady),
+				withTerm(testEndpoint("reasoning", "9", "10.6.6.6", 8080), 999, endpoints.StateStarting)},
+			jobs: fakeJobs{jobs: map[string]Job{"2": jobOf("reasoning", "RUNNING"),
+				"9": {State: "RUNNING", UID: me + 1, Name: "llm-reasoning"}}},
+			want:    []tierView{{"fast", "", nil}, {"reasoning", "reasoning", []string{"10.0.0.1:8080"}}},
+			wantWhy: []string{"ready", "starting"}},
+		{name: "forged term of no job fences nothing",
+			files: []endpoints.Endpoint{withTerm(testEndpoint("reasoning", "2", "10.0.0.1", 8080), 3, endpoints.StateReady),
+				withTerm(testEndpoint("reasoning", "9", "10.6.6.6", 8080), 999, endpoints.StateStarting)},
+			jobs:    fakeJobs{jobs: map[string]Job{"2": jobOf("reasoning", "RUNNING")}},
+			want:    []tierView{{"fast", "", nil}, {"reasoning", "reasoning", []string{"10.0.0.1:8080"}}},
+			wantWhy: []string{"ready", "starting"}},
+		{name: "a new leader's term still fences the old one",
+			files: []endpoints.Endpoint{withTerm(testEndpoint("reasoning", "2", "10.0.0.1", 8080), 3, endpoints.StateReady),
+				withTerm(testEndpoint("reasoning", "3", "10.0.0.2", 8080), 4, endpoints.StateStarting)},
+			jobs:    fakeJobs{jobs: map[string]Job{"2": jobOf("reasoning", "RUNNING"), "3": jobOf("reasoning", "RUNNING")}},
+			want:    []tierView{{"fast", "", nil}, {"reasoning", "", nil}},
+			wantWhy: []string{endpoints.WhyOldTerm, "starting"}},
+		// A heartbeat beyond the clock skew would keep a lease for ever.
+		{name: "heartbeat in the future not routed",
+			files: []endpoints.Endpoint{inFuture(testEndpoint("fast", "1", "10.0.0.1", 8080), time.Hour)},
+			jobs:  fakeJobs{jobs: map[string]Job{"1": jobOf("fast", "RUNNING")}},
+			want:  []tierView{{"fast", "", nil}, {"reasoning", "", nil}}, wantWhy: []string{endpoints.WhyFuture}},
+		{name: "heartbeat within the skew routed",
+			files:   []endpoints.Endpoint{inFuture(testEndpoint("fast", "1", "10.0.0.1", 8080), 20*time.Second)},
+			jobs:    fakeJobs{jobs: map[string]Job{"1": jobOf("fast", "RUNNING")}},
+			want:    []tierView{{"fast", "fast", []string{"10.0.0.1:8080"}}, {"reasoning", "fast", []string{"10.0.0.1:8080"}}},
+			wantWhy: []string{"ready"}},
 		{name: "scheduler error keeps entry unverified", files: []endpoints.Endpoint{testEndpoint("reasoning", "1", "10.0.0.1", 8080)},
 			jobs: fakeJobs{err: errors.New("slurmctld down")},
 			want: []tierView{{"fast", "", nil}, {"reasoning", "reasoning", []string{"10.0.0.1:8080"}}}, wantWhy: []string{"ready"}, wantUnver: true},
@@ -414,5 +458,45 @@ func TestPassResolverHiccup(t *testing.T) {
 				t.Errorf("why = %q, want %q", got, tt.wantWhy)
 			}
 		})
+	}
+}
+
+// TestPassCapsFilesRead: a directory flooded with files costs a bounded
+// pass (max_files); the configured tiers' files are read first, so junk
+// names that sort first cannot push them out; the rest are counted.
+func TestPassCapsFilesRead(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxFiles = 3
+	for i := 0; i < 5; i++ {
+		if err := os.WriteFile(filepath.Join(cfg.EndpointDir, fmt.Sprintf("aaa-%d.json", i)), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	m := &Metrics{}
+	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }, Metrics: m,
+		Log: hclog.New(&hclog.LoggerOptions{Output: &logs})})
+	rep, err := u.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.SkippedFiles != 3 || len(rep.Scan.Entries)+len(rep.Scan.Rejected) != 3 {
+		t.Errorf("read %d entries and %d rejected, skipped %d; want 3 read, 3 skipped", len(rep.Scan.Entries), len(rep.Scan.Rejected), rep.SkippedFiles)
+	}
+	if len(rep.Tiers) == 0 || len(rep.Tiers[0].Servers) != 1 {
+		t.Errorf("the tier's file was pushed out by junk: %+v", rep.Tiers)
+	}
+	if !strings.Contains(logs.String(), "more files than max_files") {
+		t.Errorf("the cap was not logged:\n%s", logs.String())
+	}
+	var text bytes.Buffer
+	if err := m.WritePrometheus(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "llm_upstreams_skipped_files_total 3") {
+		t.Errorf("the skipped files were not counted:\n%s", text.String())
 	}
 }
