@@ -35,37 +35,13 @@ type (
 	}
 )
 
-// handleExit takes a process's exit: expected (the runner stopped it) or a
-// failure of a worker or of the head.
+// handleExit takes a process's exit (life.go, onExit, says what follows).
+// An exit of an older start of the process is ignored.
 func (r *Runner) handleExit(m exitMsg) {
-	mem := r.find(m.name)
-	if mem == nil || mem.gen != m.gen {
+	if mem := r.find(m.name); mem == nil || mem.gen != m.gen {
 		return
 	}
-	was := mem.phase
-	mem.phase, mem.h, mem.checking = phaseDown, nil, false
-	kind := "unexpected"
-	if was == phaseStopping {
-		kind = "expected"
-	}
-	r.emit(Event{Kind: EventExited, Process: m.name, PID: m.pid, Result: m.result, Reason: kind})
-	if was == phaseStopping || r.state == StateDraining {
-		r.log.Info("process exited", "process", m.name, "pid", m.pid, "cause", m.result.String(), "expected", was == phaseStopping)
-		r.reconcile()
-		return
-	}
-	r.log.Warn("process exited", "process", m.name, "node", mem.spec.Node, "pid", m.pid, "cause", m.result.String(),
-		"exit_code", m.result.Code, "signal", int(m.result.Signal), "oom", m.result.OOM)
-	mem.nodeFault = stepRefusal(m.result)
-	cause := "exited: " + m.result.String()
-	switch {
-	case mem == r.head:
-		r.handleHeadExit(cause)
-	case was == phaseStarting:
-		r.workerStartFailed(mem, cause)
-	default:
-		r.failure(mem, cause)
-	}
+	r.apply(onExit(r.view(), m.name, m.pid, m.result, r.deps()))
 }
 
 // stepRefusal says why an exit shows the process's node unusable: Slurm
@@ -79,36 +55,10 @@ func stepRefusal(r ExitResult) string {
 	return "Slurm refused to create the step there: " + r.StepRefused
 }
 
-// handleHeadExit restarts the head alone: the workers keep running and
-// take the new head's connection.
-func (r *Runner) handleHeadExit(cause string) {
-	r.failure(r.head, cause)
-}
-
-// failure takes the tier out of service, asks the restart policy, and
-// either gives up or schedules the restart (reconcile does it once the
-// backoff has passed; for a worker, the head is stopped first).
+// failure takes a process's failure that is no exit (its checks failed;
+// life.go, onFailure).
 func (r *Runner) failure(m *member, cause string) {
-	f := Failure{Process: m.spec.Name, Cause: cause}
-	r.setState(StateRecovering, f.String())
-	d, delay := r.policy.Decide(f, r.clock.Now())
-	if d.Action == ActionGiveUp {
-		r.giveUp(m, d.Reason)
-		return
-	}
-	r.restartAt = r.clock.Now().Add(delay)
-	r.recheckWorkers(m)
-	if m != r.head && r.head.running() {
-		// The head can serve nothing more: with the model split by layers
-		// every token passes every worker, so its next request aborts it
-		// (slurm-facts 13) and no request in flight can finish. A graceful
-		// stop only adds its grace to the recovery.
-		r.killProcess(r.head, "worker "+m.spec.Name+" failed: the head cannot serve without it")
-	}
-	if delay > 0 {
-		r.log.Info("restart scheduled", "process", m.spec.Name, "delay", delay)
-	}
-	r.reconcile()
+	r.apply(onFailure(r.view(), m.spec.Name, cause, r.deps()))
 }
 
 // recheckWorkers puts the ready workers but failed back to starting, so
@@ -127,59 +77,24 @@ func (r *Runner) recheckWorkers(failed *member) {
 	}
 }
 
-// workerStartFailed counts a worker's failed start; after
-// WorkerStartFailures in a row its node is dropped (or the supervisor gives
-// up when too few workers would be left).
+// workerStartFailed takes a worker's failed start that is no exit (not
+// ready in time, unreachable from the head; life.go, onStartFail).
 func (r *Runner) workerStartFailed(w *member, cause string) {
-	w.startFails++
-	limit := r.plan.Restart.WorkerStartFailures
-	if limit > 0 && w.startFails >= limit {
-		r.dropWorker(w, fmt.Sprintf("failed to start %d times in a row, last %s", w.startFails, cause))
-		return
-	}
-	r.failure(w, "failed to start: "+cause)
+	r.apply(onStartFail(r.view(), w.spec.Name, cause, r.deps()))
 }
 
-// dropWorker leaves w's node out of the tier if MinWorkers still hold,
-// rebuilding the plan (--rpc and the split change), else gives up.
+// dropWorker leaves w's node out of the tier, or gives up (life.go, onDrop).
 func (r *Runner) dropWorker(w *member, why string) {
-	var remaining []string
-	for _, o := range r.workers {
-		if o != w {
-			remaining = append(remaining, o.spec.Node)
-		}
-	}
-	if len(remaining) < r.plan.MinWorkers || len(remaining) == 0 || r.opts.Replan == nil {
-		r.giveUp(w, fmt.Sprintf("worker %s %s; %d workers would be left, min_workers is %d",
-			w.spec.Name, why, len(remaining), r.plan.MinWorkers))
-		return
-	}
-	np, err := r.opts.Replan(remaining)
-	if err != nil {
-		r.giveUp(w, fmt.Sprintf("worker %s %s; cannot plan without it: %v", w.spec.Name, why, err))
-		return
-	}
-	r.setState(StateRecovering, "worker "+w.spec.Name+" dropped: "+why)
-	r.log.Warn("worker dropped", "process", w.spec.Name, "node", w.spec.Node, "workers_left", strings.Join(remaining, ","))
-	r.emit(Event{Kind: EventDropped, Process: w.spec.Name, Reason: why})
-	r.stopProcess(w, "dropped")
-	r.stopProcess(r.head, "worker set changed")
-	r.applyPlan(np)
-	r.reconcile()
+	r.apply(onDrop(r.view(), w.spec.Name, why, r.deps()))
 }
 
-// handleReady marks a worker ready (ready pattern or startup probe) and
-// starts the head when it was the last one.
+// handleReady takes a worker's readiness (ready pattern or startup probe;
+// life.go, onReady). A message of an older start is ignored.
 func (r *Runner) handleReady(m readyMsg) {
-	w := r.find(m.name)
-	if w == nil || w == r.head || w.gen != m.gen || w.phase != phaseStarting {
+	if w := r.find(m.name); w == nil || w.gen != m.gen {
 		return
 	}
-	w.phase, w.startFails = phaseReady, 0
-	r.log.Info("worker ready", "process", w.spec.Name, "node", w.spec.Node, "how", m.how,
-		"after", r.clock.Now().Sub(w.startedAt).Round(time.Millisecond))
-	r.emit(Event{Kind: EventReady, Process: w.spec.Name, Reason: m.how})
-	r.reconcile()
+	r.apply(onReady(r.view(), m.name, m.how))
 }
 
 // handleUnreachable takes a head's report that it could not connect to a

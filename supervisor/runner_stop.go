@@ -34,44 +34,9 @@ type inFlightMsg struct {
 	err error
 }
 
-// handleStop starts the ordered stop: endpoint draining at once, then wait
-// for in-flight requests (unless skipped) until the split's in-flight wait
-// has passed since the notice, then stop everything. A request during the
-// drain may name a better reason (once Slurm said why), an earlier start
-// of the budget (PreemptTime), or skip the wait.
+// handleStop takes a request for an ordered stop (life.go, onStop).
 func (r *Runner) handleStop(req StopRequest) {
-	if r.state == StateDraining {
-		r.updateStop(req)
-		if req.SkipDrain {
-			r.log.Warn("stop requested again: not waiting for requests in flight")
-			r.finish()
-		}
-		return
-	}
-	since := req.Since
-	if since.IsZero() {
-		since = r.clock.Now()
-	}
-	split := r.plan.Split(stopMargin(r.opts.Launcher))
-	r.drain = drainState{req: req, since: since, deadline: since.Add(split.InFlight)}
-	if req.Reason == ReasonIdle {
-		// Nothing hurries an idle stop: it waits for the controller to
-		// unroute it first, and then for any request that came meanwhile.
-		unroute := r.opts.IdleUnroute
-		if unroute <= 0 {
-			unroute = DefaultIdleUnroute
-		}
-		r.drain.notBefore = since.Add(unroute)
-		r.drain.deadline = r.drain.deadline.Add(unroute)
-	}
-	r.setState(StateDraining, string(req.Reason))
-	if req.SkipDrain || r.head.phase != phaseReady {
-		r.finish()
-		return
-	}
-	r.log.Info("draining: waiting for requests in flight", "until", r.drain.deadline.Format(time.RFC3339Nano),
-		"split", fmt.Sprintf("in flight %s, stop %s", split.InFlight, split.Stop()))
-	r.checkDrain()
+	r.apply(onStop(r.view(), req))
 }
 
 // stopMargin is the time a launcher's Stop may take beyond the grace, if it says.

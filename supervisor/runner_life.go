@@ -1,0 +1,113 @@
+package supervisor
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// view is what the rules of life.go see of the tier now.
+func (r *Runner) view() lifeView {
+	procs := func(ms []*member) []procView {
+		out := make([]procView, 0, len(ms))
+		for _, m := range ms {
+			out = append(out, m.view())
+		}
+		return out
+	}
+	unroute := r.opts.IdleUnroute
+	if unroute <= 0 {
+		unroute = DefaultIdleUnroute
+	}
+	return lifeView{
+		Now: r.clock.Now(), State: r.state, Head: r.head.view(),
+		Workers: procs(r.workers), Retired: procs(r.retired),
+		MinWorkers: r.plan.MinWorkers, StartFailLimit: r.plan.Restart.WorkerStartFailures,
+		Split: r.plan.Split(stopMargin(r.opts.Launcher)), IdleUnroute: unroute,
+	}
+}
+
+func (m *member) view() procView {
+	return procView{Name: m.spec.Name, Node: m.spec.Node, Phase: m.phase, StartFails: m.startFails}
+}
+
+// deps are the restart policy and the replanner, for the rules.
+func (r *Runner) deps() lifeDeps {
+	return lifeDeps{Policy: r.policy.Decide, Replan: r.opts.Replan}
+}
+
+// apply carries out the steps a rule gave, in order. It decides nothing:
+// each step names what to do and to which process.
+func (r *Runner) apply(steps []lifeStep) {
+	for _, s := range steps {
+		m := r.find(s.Proc)
+		switch s.Kind {
+		case stepExited:
+			r.recordExit(m, s)
+		case stepState:
+			r.setState(s.To, s.Reason)
+		case stepGiveUp:
+			r.giveUp(m, s.Reason)
+		case stepRecheck:
+			r.recheckWorkers(m)
+		case stepKill:
+			r.killProcess(m, s.Reason)
+		case stepStop:
+			r.stopProcess(m, s.Reason)
+		case stepRestartAt:
+			r.restartAt = r.clock.Now().Add(s.Delay)
+			if s.Delay > 0 {
+				r.log.Info("restart scheduled", "process", s.Proc, "delay", s.Delay)
+			}
+		case stepStartFail:
+			m.startFails++
+		case stepDropped:
+			r.log.Warn("worker dropped", "process", s.Proc, "node", m.spec.Node, "workers_left", strings.Join(s.Nodes, ","))
+			r.emit(Event{Kind: EventDropped, Process: s.Proc, Reason: s.Reason})
+		case stepApplyPlan:
+			r.applyPlan(s.Plan)
+		case stepReady:
+			m.phase, m.startFails = phaseReady, 0
+			r.log.Info("worker ready", "process", s.Proc, "node", m.spec.Node, "how", s.Reason,
+				"after", r.clock.Now().Sub(m.startedAt).Round(time.Millisecond))
+			r.emit(Event{Kind: EventReady, Process: s.Proc, Reason: s.Reason})
+		case stepReconcile:
+			r.reconcile()
+		case stepDrain:
+			r.drain = s.Drain
+		case stepWaitDrain:
+			split := r.plan.Split(stopMargin(r.opts.Launcher))
+			r.log.Info("draining: waiting for requests in flight", "until", r.drain.deadline.Format(time.RFC3339Nano),
+				"split", fmt.Sprintf("in flight %s, stop %s", split.InFlight, split.Stop()))
+			r.checkDrain()
+		case stepUpdateStop:
+			r.updateStop(s.Req)
+		case stepStopAgain:
+			r.log.Warn("stop requested again: not waiting for requests in flight")
+		case stepFinish:
+			r.finish()
+		default:
+			r.log.Error("bug: a step no one carries out", "step", s.Kind)
+		}
+	}
+}
+
+// recordExit takes a process's end: it is down, its exit is an Event, and
+// a failure is logged with what shows on its node (a step Slurm refused
+// there marks the node unusable).
+func (r *Runner) recordExit(m *member, s lifeStep) {
+	expected := m.phase == phaseStopping
+	m.phase, m.h, m.checking = phaseDown, nil, false
+	kind := "unexpected"
+	if expected {
+		kind = "expected"
+	}
+	r.emit(Event{Kind: EventExited, Process: s.Proc, PID: s.PID, Result: s.Result, Reason: kind})
+	if !s.Failure {
+		r.log.Info("process exited", "process", s.Proc, "pid", s.PID, "cause", s.Result.String(), "expected", expected)
+		return
+	}
+	r.log.Warn("process exited", "process", s.Proc, "node", m.spec.Node, "pid", s.PID, "cause", s.Result.String(),
+		"exit_code", s.Result.Code, "signal", int(s.Result.Signal), "oom", s.Result.OOM)
+	m.nodeFault = stepRefusal(s.Result)
+}
