@@ -44,6 +44,13 @@ type Handle interface {
 	Kill()
 }
 
+// Leaser is a Handle whose process runs under a lease (tier.Process.Lease):
+// Lease renews it for d from now, and reports false when the process has
+// no lease to renew.
+type Leaser interface {
+	Lease(d time.Duration) bool
+}
+
 // ExitResult says how a process ended, in the words an operator needs.
 // The zero value is a clean exit with code 0.
 type ExitResult struct {

@@ -34,6 +34,8 @@ type proc struct {
 	extraGrace time.Duration
 	// onExit, if set, runs once the process is reaped (closes its stdin pipe).
 	onExit func()
+	// renew, if set, renews the process's lease (a shimmed step's).
+	renew func(time.Duration)
 
 	mu     sync.Mutex
 	result ExitResult
@@ -197,4 +199,14 @@ func (p *proc) Stop(grace time.Duration) {
 func (p *proc) Kill() {
 	p.kill(p)
 	<-p.done
+}
+
+// Lease renews the process's lease for d (Leaser); false when it has none
+// to renew (not a shimmed step).
+func (p *proc) Lease(d time.Duration) bool {
+	if p.renew == nil {
+		return false
+	}
+	p.renew(d)
+	return true
 }

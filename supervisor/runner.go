@@ -143,6 +143,8 @@ type Runner struct {
 	stopCh chan StopRequest
 	msgs   chan any
 	quit   chan struct{}
+	// leases holds the latest lease renewal for the head (Lease).
+	leases chan time.Duration
 
 	// Owned by the Run goroutine.
 	state     State
@@ -179,7 +181,8 @@ func New(plan *tier.Plan, opts Options) (*Runner, error) {
 		plan: plan, opts: opts, clock: opts.Clock, log: opts.Logger,
 		policy: NewRestartPolicy(plan.Restart, opts.Rand),
 		stopCh: make(chan StopRequest, 4), msgs: make(chan any, 16), quit: make(chan struct{}),
-		state: StateStarting, reason: "starting",
+		leases: make(chan time.Duration, 1),
+		state:  StateStarting, reason: "starting",
 	}
 	r.pub = newPublisher(plan.EndpointDir, opts.RunID, plan.HintAddr, opts.SlowStorage, opts.Logger, func() { r.send(supersededMsg{}) })
 	r.applyPlan(plan)
@@ -309,10 +312,39 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.writeEndpoint()
 		case <-r.wake.C():
 			r.reconcile()
+		case d := <-r.leases:
+			r.renewLease(d)
 		}
 		r.updatePoll()
 	}
 	return r.err
+}
+
+// Lease renews the head's lease (its Process.Lease) for d from now. It
+// never blocks and is safe to call from any goroutine: only the latest
+// renewal is kept until the Run goroutine takes it. An elastic leader
+// renews its head's lease with its own member lease, so that the head's
+// shim kills the head when the leader can no longer renew (frozen, or its
+// shared file system hung).
+func (r *Runner) Lease(d time.Duration) {
+	for {
+		select {
+		case r.leases <- d:
+			return
+		default:
+		}
+		select {
+		case <-r.leases: // an older renewal not taken yet: the new one replaces it
+		default:
+		}
+	}
+}
+
+// renewLease passes a renewal to the running head's shim.
+func (r *Runner) renewLease(d time.Duration) {
+	if l, ok := r.head.h.(Leaser); ok && r.head.running() {
+		l.Lease(d)
+	}
 }
 
 // send delivers a message from a helper goroutine to the Run goroutine,

@@ -248,3 +248,80 @@ func TestE2EElasticTier(t *testing.T) {
 	took = el.serving(t, "node2", 2, 90*time.Second)
 	t.Logf("the leader's node taken: member node2 serves on 2 nodes %s later", took.Round(time.Millisecond))
 }
+
+// supervisorOf is the pid of the member supervisor (llm-supervisor run)
+// of node's job.
+func (el *e2eElastic) supervisorOf(t testing.TB, node string) int {
+	t.Helper()
+	for _, pid := range pgrepPIDs("^" + el.dir + "/llm-supervisor run") {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && slices.Contains(strings.Split(string(env), "\x00"), "SLURM_JOB_ID="+el.jobs[node]) {
+			return pid
+		}
+	}
+	t.Fatalf("no supervisor of %s's member (job %s)", node, el.jobs[node])
+	return 0
+}
+
+// TestE2EElasticFrozenLeader: the leader's supervisor is frozen (SIGSTOP,
+// as a supervisor stuck on a hung NFS mount is) for more than two leases.
+// It cannot stop its head, and the next member takes the lead once its
+// lease has run out; before, the old head ran on beside the new one for
+// about 6 s (issue 21, item 1). Now the head's shim kills the head when its
+// lease is not renewed, skew before the member lease ends: the heads,
+// sampled every 50 ms, are never two, the next member serves, and the old
+// leader, woken, does not start a second head.
+func TestE2EElasticFrozenLeader(t *testing.T) {
+	el := setupElastic(t)
+	for _, n := range []string{"node1", "node2", "node3"} {
+		el.submit(t, n)
+	}
+	el.serving(t, "node3", 3, 120*time.Second)
+	pid := el.supervisorOf(t, "node3")
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	woken := false
+	wake := func() {
+		if !woken {
+			woken = true
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(wake)
+	frozen := time.Now()
+	const lease, skew = 4 * time.Second, time.Second // e2eElasticConfig's [elastic]
+	var oldGone, newServes time.Duration
+	for time.Since(frozen) < 2*lease+2*skew+5*time.Second {
+		if n := el.heads(); n > 1 {
+			t.Fatalf("%d heads at once %s after the leader's supervisor froze", n, time.Since(frozen).Round(time.Millisecond))
+		} else if n == 0 && oldGone == 0 {
+			oldGone = time.Since(frozen)
+		}
+		if e, ok := el.routed(); ok && newServes == 0 && e.JobID == el.jobs["node2"] {
+			newServes = time.Since(frozen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if oldGone == 0 || newServes == 0 {
+		t.Fatalf("frozen for %s: old head gone after %s, node2's head routed after %s (0: never)",
+			time.Since(frozen).Round(time.Second), oldGone, newServes)
+	}
+	t.Logf("leader's supervisor frozen: its head gone %s later, node2's head routed %s later",
+		oldGone.Round(time.Millisecond), newServes.Round(time.Millisecond))
+	wake()
+	woke := time.Now()
+	for time.Since(woke) < 2*lease {
+		if n := el.heads(); n > 1 {
+			t.Fatalf("%d heads at once %s after the old leader woke", n, time.Since(woke).Round(time.Millisecond))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e2eWaitFor(t, "node2's head routed after the old leader woke", 60*time.Second, func() bool {
+		if n := el.heads(); n > 1 {
+			t.Fatalf("%d heads at once after the old leader woke", n)
+		}
+		e, ok := el.routed()
+		return ok && e.JobID == el.jobs["node2"]
+	})
+}

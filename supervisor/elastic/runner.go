@@ -228,6 +228,9 @@ func (r *Runner) step() {
 		r.lastWhy = d.Why
 	}
 	r.logIgnored(d.Ignored)
+	if r.head != nil {
+		r.renewHeadLease(d, now)
+	}
 	switch {
 	case r.leaving != nil:
 		r.stepLeaving(d, now)
@@ -354,6 +357,9 @@ func (r *Runner) startHead(d Decision) {
 	}
 	_, np, _ := e.PlanFor(n)
 	serving := fmt.Sprintf("%d of %d nodes, context %d", n, e.Members, np.Ctx)
+	if plan.Head.Lease = r.headLease(r.o.Clock.Now()); plan.Head.Lease <= 0 {
+		return // no lead left to start a head on; the next tick decides again
+	}
 	h, err := r.o.NewHead(plan, d.Term, serving)
 	if err != nil {
 		r.log.Error("cannot build the head", "error", err)
@@ -368,6 +374,29 @@ func (r *Runner) startHead(d Decision) {
 	r.agent.Using(r.headUses)
 	r.log.Info("head starting", "term", d.Term, "serving", serving, "workers", r.headUses)
 	go func() { r.send(headEnded{err: h.Run(ctx)}) }()
+}
+
+// headLease is how long this member's head may run on the member lease it
+// holds at now: until skew before that lease ends, when a leader that
+// could not renew must have stopped its head (holdsLead). The head's shim
+// kills the head when it runs out (tier.Process.Lease): a supervisor
+// frozen by SIGSTOP or a hung NFS mount cannot stop its head itself, and
+// the next leader starts its own skew after the lease ended.
+func (r *Runner) headLease(now time.Time) time.Duration {
+	return r.agent.Self().LeaseExpires.Add(-r.o.Config.Elastic.Skew).Sub(now)
+}
+
+// renewHeadLease renews the head's lease after a tick that renewed the
+// member lease (a tick whose write failed renews nothing more: the head's
+// lease runs out with the member's).
+func (r *Runner) renewHeadLease(d Decision, now time.Time) {
+	l, ok := r.head.(interface{ Lease(time.Duration) })
+	if !ok || !d.Lead {
+		return
+	}
+	if left := r.headLease(now); left > 0 {
+		l.Lease(left)
+	}
 }
 
 // gather reports whether the head should wait for members whose

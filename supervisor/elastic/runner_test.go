@@ -3,6 +3,7 @@ package elastic
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"slurm-llm/supervisor/clock"
 	"slurm-llm/supervisor/tier"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -82,6 +84,7 @@ type headFake struct {
 	once    sync.Once
 	mu      sync.Mutex
 	req     supervisor.StopRequest // the first stop request
+	leases  []time.Duration        // the lease renewals, in order
 }
 
 func (h *headFake) Run(ctx context.Context) error {
@@ -90,6 +93,20 @@ func (h *headFake) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// Lease records a renewal of the head's lease.
+func (h *headFake) Lease(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.leases = append(h.leases, d)
+}
+
+// leased is the renewals so far.
+func (h *headFake) leased() []time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]time.Duration(nil), h.leases...)
 }
 
 func (h *headFake) Stop(req supervisor.StopRequest) {
@@ -466,5 +483,48 @@ func TestTickFasterWhileSettling(t *testing.T) {
 		if got := m.r.tickEvery(); got != m.r.o.Tick {
 			t.Errorf("member %s of a serving tier ticks every %v, want %v", m.job, got, m.r.o.Tick)
 		}
+	}
+}
+
+// failWrites is a member directory whose writes fail (a hung or full
+// shared file system, as the member sees it).
+type failWrites struct{ Files }
+
+func (failWrites) WriteMember(Member) error { return errors.New("write: input/output error") }
+
+// TestLeaderLeasesItsHead: the leader's head starts with a lease that ends
+// skew before the leader's member lease, and every tick that renews the
+// member lease renews the head's to the same end; once the member file
+// cannot be written, the renewals shrink with the lease that is left and
+// stop, so that the head's shim kills the head before another member may
+// lead (issue 21, item 1: a frozen leader's head ran on beside the next
+// leader's for 6 s).
+func TestLeaderLeasesItsHead(t *testing.T) {
+	g := newTierRig(t)
+	g.join("100", 1)
+	g.join("101", 2)
+	m102 := g.join("102", 3)
+	g.until("member 102 leads", func() bool { return g.leader() == m102 })
+	e := g.cfg.Elastic
+	h := m102.running()
+	if got := h.plan.Head.Lease; got <= 0 || got > e.Lease-e.Skew {
+		t.Fatalf("the head started with lease %s, want (0, %s]", got, e.Lease-e.Skew)
+	}
+	g.round()
+	if l := h.leased(); len(l) == 0 || l[len(l)-1] != e.Lease-e.Skew {
+		t.Fatalf("a tick renewed the head's lease %v, want %s last", l, e.Lease-e.Skew)
+	}
+	before := len(h.leased())
+	m102.r.agent.files = failWrites{m102.r.agent.files}
+	for i := 0; i < int((e.Lease+e.Skew)/time.Second)+2; i++ {
+		g.round()
+	}
+	after := h.leased()[before:]
+	want := []time.Duration{}
+	for d := e.Lease - e.Skew - time.Second; d > 0; d -= time.Second {
+		want = append(want, d)
+	}
+	if d := cmp.Diff(want, after); d != "" {
+		t.Errorf("renewals once the member file could not be written (-want +got):\n%s", d)
 	}
 }

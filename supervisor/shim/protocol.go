@@ -66,9 +66,10 @@ const (
 	ReasonHold        = "hold-expired" // no command within the hold after a signal
 	ReasonGrace       = "grace-expired"
 	ReasonStdinClosed = "stdin-closed"
-	ReasonExited      = "exited"       // the child ended on its own
-	ReasonStartFailed = "start-failed" // the child never ran
-	ReasonPortBusy    = "port-busy"    // the child's port was held by another process
+	ReasonExited      = "exited"        // the child ended on its own
+	ReasonStartFailed = "start-failed"  // the child never ran
+	ReasonPortBusy    = "port-busy"     // the child's port was held by another process
+	ReasonLease       = "lease-expired" // the supervisor did not renew the lease in time
 )
 
 // Event is one parsed marker. Fields a kind does not use are zero.
@@ -102,7 +103,15 @@ type Event struct {
 const (
 	CommandStop    = "stop"
 	CommandStopNow = "stop-now"
+	// CommandLease renews the child's lease: "lease 4.5s" lets it run 4.5 s
+	// more unless renewed again (Config.Lease).
+	CommandLease = "lease"
 )
+
+// LeaseCommand is the line that renews a shim's lease on its child for d.
+func LeaseCommand(d time.Duration) []byte {
+	return []byte(CommandLease + " " + d.String() + "\n")
+}
 
 // StopCommand is the line that asks a shim to stop its child: gracefully
 // (stop signal, grace, SIGKILL) or, with now, with SIGKILL at once.

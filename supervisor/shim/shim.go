@@ -65,6 +65,15 @@ type Config struct {
 	// exit status PortBusyStatus); once the child holds it, EventListening
 	// says so.
 	Port int
+	// Lease, when positive, is how long the child may run unless the
+	// supervisor renews the lease ("lease D" on stdin, each from the moment
+	// it arrives): when it runs out the child is killed at once (SIGKILL to
+	// its group). An elastic tier's leader leases its head so: a leader
+	// whose supervisor is frozen (SIGSTOP, a hung NFS mount) cannot stop
+	// its head before its member lease ends, and the next leader would
+	// start a second head; the shim, on the head's node, does it instead.
+	// Zero: no lease.
+	Lease time.Duration
 	// Now stamps the markers; nil means time.Now.
 	Now    func() time.Time
 	Logger hclog.Logger
@@ -108,6 +117,8 @@ func (c Config) validate() error {
 		return errors.New("shim: Stdin, Stdout, Stderr and Signals are required")
 	case c.Port < 0 || c.Port > 65535:
 		return fmt.Errorf("shim: port %d out of range", c.Port)
+	case c.Lease < 0:
+		return fmt.Errorf("shim: lease %s is negative", c.Lease)
 	}
 	return nil
 }
@@ -140,6 +151,8 @@ type holder struct {
 	eof      bool
 	hold     *time.Timer
 	grace    *time.Timer
+	// lease runs out when the supervisor stops renewing (Config.Lease).
+	lease *time.Timer
 }
 
 func (r *holder) run() int {
@@ -159,6 +172,10 @@ func (r *holder) run() int {
 	}
 	r.pid = pid
 	r.mark(Event{Kind: EventStarted})
+	if r.cfg.Lease > 0 {
+		r.lease = time.NewTimer(r.cfg.Lease)
+		defer r.lease.Stop()
+	}
 	quit := make(chan struct{})
 	defer close(quit)
 	return r.loop(done, readCommands(r.cfg.Stdin, quit), r.watchListening(quit))
@@ -243,6 +260,10 @@ func (r *holder) loop(done <-chan childResult, cmds <-chan string, listening <-c
 		case <-timerC(r.grace):
 			r.grace = nil
 			r.kill(ReasonGrace)
+		case <-timerC(r.lease):
+			r.lease = nil
+			r.log.Error("the supervisor did not renew the lease in time: killing the child", "lease", r.cfg.Lease)
+			r.kill(ReasonLease)
 		case res := <-done:
 			return r.handleExit(res)
 		}
@@ -282,6 +303,10 @@ func (r *holder) handleSignal(sig os.Signal) {
 
 // handleCommand carries out one line from the supervisor.
 func (r *holder) handleCommand(line string) {
+	if arg, ok := strings.CutPrefix(line, CommandLease+" "); ok {
+		r.renew(arg)
+		return
+	}
 	switch line {
 	case CommandStop:
 		r.stop(ReasonStop)
@@ -291,6 +316,26 @@ func (r *holder) handleCommand(line string) {
 	default:
 		r.log.Warn("unknown command ignored", "command", line)
 	}
+}
+
+// renew extends the lease by d from now. A lease not armed (no --lease)
+// stays off: renewals cannot start one the child was not given.
+func (r *holder) renew(arg string) {
+	d, err := time.ParseDuration(arg)
+	if err != nil || d <= 0 {
+		r.log.Warn("bad lease command ignored", "lease", arg)
+		return
+	}
+	if r.lease == nil || r.stopping {
+		return
+	}
+	if !r.lease.Stop() {
+		select {
+		case <-r.lease.C:
+		default:
+		}
+	}
+	r.lease.Reset(d)
 }
 
 // handleStdinClosed: nobody can send "stop" any more, so a child already

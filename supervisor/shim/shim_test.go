@@ -577,3 +577,38 @@ func TestListeningReported(t *testing.T) {
 	h.send("stop\n")
 	h.waitStatus()
 }
+
+// TestLeaseKillsTheChildUnlessRenewed: with a lease, the child lives only
+// as long as the supervisor renews it ("lease D" on stdin); a supervisor
+// frozen by SIGSTOP or a hung NFS mount renews nothing, and its child (an
+// elastic leader's head) is killed when the lease runs out, before the next
+// leader starts its own (issue 21, item 1). A lease command without a
+// lease armed starts none.
+func TestLeaseKillsTheChildUnlessRenewed(t *testing.T) {
+	ready := []string{"sh", "-c", "echo ready; exec sleep 1000"}
+	t.Run("renewed, it runs; not renewed, it is killed", func(t *testing.T) {
+		h := startShim(t, Config{Lease: time.Second}, ready...)
+		h.waitEvent(EventStarted, 1)
+		for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if _, err := h.stdin.Write(LeaseCommand(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ev, ok := h.find(EventStopping); ok {
+			t.Fatalf("the child was stopped while its lease was renewed: %+v", ev)
+		}
+		ev := h.waitEvent(EventExited, 1)
+		if ev.Reason != ReasonLease || ev.Signal != "SIGKILL" {
+			t.Errorf("the child ended %+v, want killed (SIGKILL) for %s", ev, ReasonLease)
+		}
+	})
+	t.Run("no lease: renewals start none", func(t *testing.T) {
+		h := startShim(t, Config{}, ready...)
+		h.waitEvent(EventStarted, 1)
+		h.stdin.Write(LeaseCommand(10 * time.Millisecond))
+		time.Sleep(200 * time.Millisecond) // a lease that started would have ended 20 times over
+		if ev, ok := h.find(EventStopping); ok {
+			t.Errorf("a child without a lease was stopped: %+v", ev)
+		}
+	})
+}

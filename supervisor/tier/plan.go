@@ -71,6 +71,11 @@ type Process struct {
 	Env  map[string]string
 	// SrunArgs are extra srun options from the config (e.g. "--gres=gpu:1").
 	SrunArgs []string
+	// Lease, when positive, is how long the process may run unless the
+	// supervisor renews its lease (supervisor.Runner.Lease; the step's
+	// shim kills it otherwise, shim.Config.Lease). An elastic leader's head
+	// has one; zero: none.
+	Lease time.Duration
 	// StepName names the srun step: "<tier>-head", "<tier>-rpc-<node>".
 	StepName string
 	// LogPath is the file the process's output goes to.
