@@ -71,6 +71,11 @@ type Options struct {
 	PID int
 	// Probe is the startup TCP probe of a worker; health.Probe by default.
 	Probe func(ctx context.Context, addr string) error
+	// Links lists this node's TCP connections with what they sent and had
+	// acknowledged, for the silent-link check of the head's connections to
+	// its workers (seen when the head runs on this node, as on the batch
+	// node or an elastic leader's); health.TCPConns by default.
+	Links func() ([]health.TCPConn, error)
 	// StartupPoll is how often starting processes are probed and startup
 	// deadlines checked; 100ms by default.
 	StartupPoll time.Duration
@@ -231,6 +236,9 @@ func withDefaults(o Options) (Options, error) {
 	}
 	if o.Probe == nil {
 		o.Probe = health.Probe
+	}
+	if o.Links == nil {
+		o.Links = health.TCPConns
 	}
 	if o.SlowStorage <= 0 {
 		o.SlowStorage = defaultSlowStorage

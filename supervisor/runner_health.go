@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"slurm-llm/health"
@@ -20,6 +22,9 @@ type healthMsg struct {
 	models []string
 	// load is set when the head's load was read (while it serves).
 	load *loadMsg
+	// silent names the workers (host:port) whose connection from the head
+	// the kernel shows silent (health.SilentPeers).
+	silent []string
 }
 
 // loadMsg is one reading of the head's load: requests in flight and work done.
@@ -92,10 +97,11 @@ func (r *Runner) pollHead(now time.Time) {
 	base := health.BaseURL(h.spec.Addr, h.spec.Port)
 	gen, wantModels, client := h.gen, h.phase == phaseStarting || r.models == nil, r.opts.HTTPClient
 	serving := h.phase == phaseReady
+	workers, links := r.workerAddrs(), r.opts.Links
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.HealthTimeout)
 		defer cancel()
-		m := healthMsg{gen: gen}
+		m := healthMsg{gen: gen, silent: silentWorkers(ctx, links, workers)}
 		m.status, m.err = health.Check(ctx, client, base)
 		if m.status == health.StatusReady && wantModels {
 			m.models, _ = health.Models(ctx, client, base)
@@ -117,6 +123,10 @@ func (r *Runner) handleHealth(m healthMsg) {
 	}
 	h.checking = false
 	now := r.clock.Now()
+	if len(m.silent) > 0 {
+		r.linkSilent(m.silent)
+		return
+	}
 	if m.load != nil {
 		r.recordInFlight(inFlightMsg{gen: m.gen, n: m.load.metrics.InFlight, err: m.load.err})
 		if r.stalled(now, *m.load) {
@@ -175,16 +185,84 @@ func (r *Runner) stalled(now time.Time, l loadMsg) bool {
 	cause := fmt.Sprintf("hung: requests in flight and no progress for %s (a worker's link silent?)",
 		now.Sub(h.busySince).Round(time.Second))
 	r.log.Error("head hung", "in_flight", l.metrics.InFlight, "no_progress_for", now.Sub(h.busySince).Round(time.Second), "read_error", l.err)
+	r.restartHungHead(cause)
+	return true
+}
+
+// restartHungHead kills a head that waits on a worker for ever and
+// restarts it with every worker. A worker cut off from the head never sees
+// it go (rpc-server has no keepalive): it keeps the dead connection for
+// ever, and a new head, or a port check, would queue behind it (measured,
+// notes Q1). Restart every worker; one that is still cut off fails its
+// port check.
+func (r *Runner) restartHungHead(cause string) {
+	h := r.head
 	r.killProcess(h, cause)
-	// A worker cut off from the head never sees it go (rpc-server has no
-	// keepalive): it keeps the dead connection for ever, and a new head, or
-	// a port check, would queue behind it (measured, notes Q1). Restart
-	// every worker; one that is still cut off fails its port check.
 	for _, w := range r.workers {
 		r.stopProcess(w, "restarted after a hung head: a worker cut off from it holds its dead connection")
 	}
 	r.failure(h, cause)
-	return true
+}
+
+// linkSilent takes the kernel's word that the head's connection to a
+// worker went silent (data retransmitted, nothing acknowledged: its link
+// or node is down): the head would wait on it for ever (slurm-facts 26),
+// and a request sent now would hang until timeouts.stall. Seen in seconds,
+// where the stall check needs timeouts.stall; a slow prompt batch is never
+// taken for it (its data is acknowledged).
+func (r *Runner) linkSilent(addrs []string) {
+	cause := "the link to worker " + strings.Join(addrs, ", ") + " is silent (sent data retransmitted, nothing acknowledged)"
+	r.log.Error("a worker's link is silent: restarting the head and its workers", "workers", strings.Join(addrs, ","))
+	r.restartHungHead(cause)
+}
+
+// workerAddrs are the workers' host:port, for the silent-link check.
+func (r *Runner) workerAddrs() []string {
+	var out []string
+	for _, w := range r.workers {
+		if w.spec.Port > 0 {
+			out = append(out, net.JoinHostPort(w.spec.Addr, strconv.Itoa(w.spec.Port)))
+		}
+	}
+	return out
+}
+
+// silentWorkers asks the kernel (links) which of the workers' connections
+// are silent; any error gives none (a check that cannot run never stops a
+// head).
+func silentWorkers(ctx context.Context, links func() ([]health.TCPConn, error), workers []string) []string {
+	if links == nil || len(workers) == 0 {
+		return nil
+	}
+	conns, err := links()
+	if err != nil {
+		return nil
+	}
+	byAddr := map[netip.AddrPort]string{}
+	var dsts []netip.AddrPort
+	for _, w := range workers {
+		host, port, err := net.SplitHostPort(w)
+		if err != nil {
+			continue
+		}
+		p, _ := strconv.Atoi(port)
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			continue
+		}
+		for _, ip := range ips {
+			d := netip.AddrPortFrom(ip.Unmap(), uint16(p))
+			byAddr[d] = w
+			dsts = append(dsts, d)
+		}
+	}
+	var out []string
+	for _, d := range health.SilentPeers(conns, dsts) {
+		if !slices.Contains(out, byAddr[d]) {
+			out = append(out, byAddr[d])
+		}
+	}
+	return out
 }
 
 // headHoldsPort reports whether the head process itself holds its port,

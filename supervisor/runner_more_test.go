@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -253,4 +255,41 @@ func TestForeignServerOnHeadPortIsNotReady(t *testing.T) {
 			t.Errorf("log does not say that /health came from another server:\n%s", rn.log.String())
 		}
 	})
+}
+
+// TestRunnerSilentWorkerLink: once the kernel shows the head's connection
+// to a worker silent (sent data retransmitted, nothing acknowledged), the
+// runner restarts the head and its workers at once, naming the worker,
+// instead of waiting timeouts.stall (2 min) for a request to hang (issue
+// 21, item 6). The kernel's view is a stand-in here; health's test cuts a
+// real link.
+func TestRunnerSilentWorkerLink(t *testing.T) {
+	tr := newTier(t, 1)
+	plan := tr.plan(tr.nodes)
+	w := plan.Workers[0]
+	dst := netip.MustParseAddrPort(net.JoinHostPort(w.Addr, strconv.Itoa(w.Port)))
+	var cut atomic.Bool // the kernel shows the link silent once, when set
+	links := func() ([]health.TCPConn, error) {
+		if !cut.CompareAndSwap(true, false) {
+			return []health.TCPConn{{Dst: dst}}, nil
+		}
+		return []health.TCPConn{{Dst: dst, Unacked: 2, Retransmits: health.SilentRetransmits}}, nil
+	}
+	rn := startRunner(t, plan, Options{Links: links})
+	until(t, "endpoint ready", func() bool { return endpointState(t, plan) == endpoints.StateReady })
+	worker := rn.pidOf("rpc-node1")
+	cut.Store(true)
+	until(t, "ready again", func() bool { return rn.stateCount(StateReady) == 2 })
+	var reasons []string
+	for _, e := range rn.rec.all() {
+		if e.Kind == EventState && e.State == StateRecovering {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "the link to worker "+dst.String()+" is silent") {
+		t.Errorf("recovering reasons = %q, want one naming the silent link", reasons)
+	}
+	if rn.pidOf("rpc-node1") == worker {
+		t.Error("the worker was not restarted: it would keep the head's dead connection")
+	}
 }

@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,9 +189,11 @@ func anyAlive(pids []int) bool {
 
 // The IPoIB link between the head and one worker cut while both live, a
 // stream in flight: the head blocks on the silent worker (llama.cpp's RPC
-// has no timeout; /health stays 200). The supervisor sees requests in
-// flight without progress, kills the head within timeouts.stall, restarts
-// the workers, cannot reach the cut one, drops it and serves on two nodes.
+// has no timeout; /health stays 200). The supervisor sees the head's data
+// to the worker retransmitted and never acknowledged (the kernel's
+// tcp_info), or else requests in flight without progress for
+// timeouts.stall; it kills the head, restarts the workers, cannot reach
+// the cut one, drops it and serves on two nodes.
 func TestE2ELinkCut(t *testing.T) {
 	tr := faultTier(t, 1, "--fake-tokens", "100000", "--fake-token-rate", "20")
 	tr.submit(t)
@@ -198,7 +202,9 @@ func TestE2ELinkCut(t *testing.T) {
 	t.Cleanup(func() { tr.cluster.Fault(t, moduleRoot, "link-restore", "node3", "ib") })
 	cut := time.Now()
 	tr.cluster.Fault(t, moduleRoot, "link-cut", "node3", "ib")
-	e2eWaitFor(t, "the hung head found", 60*time.Second, func() bool { return strings.Contains(tr.log(), "head hung") })
+	e2eWaitFor(t, "the hung head found", 60*time.Second, func() bool {
+		return strings.Contains(tr.log(), "a worker's link is silent") || strings.Contains(tr.log(), "head hung")
+	})
 	t.Logf("hung head found %s after the cut", time.Since(cut).Round(100*time.Millisecond))
 	e2eWaitFor(t, "the tier ready on two nodes", 120*time.Second, func() bool {
 		return strings.Contains(tr.log(), "worker dropped") && tr.state() == endpoints.StateReady
@@ -224,4 +230,55 @@ func releaseWhenSafe(t testing.TB, job string) {
 	if out, err := exec.Command("scontrol", "update", "JobId="+job, "StartTime=now").CombinedOutput(); err != nil {
 		t.Logf("release %s: %v %s (Slurm may have started it already)", job, err, out)
 	}
+}
+
+// TestE2ESilentLinkNothingInFlight: the IPoIB link between the head and
+// one worker is cut with nothing in flight (both processes alive), and a
+// completion is sent during the cut. It hung 121.6 s with real llama.cpp,
+// until timeouts.stall (kept at its 2 min default here). Now the head's
+// data to the worker, retransmitted and never acknowledged, shows the
+// silent link in seconds: the head and its workers restart, the cut
+// worker is dropped, and the tier serves on two nodes (issue 21, item 6).
+func TestE2ESilentLinkNothingInFlight(t *testing.T) {
+	slurmtest.Need(t, "netns")
+	tr := setupE2EWith(t, e2eOptions{replace: []string{
+		"min_workers = 2", "min_workers = 1",
+		`worker_start = "30s"`, `worker_start = "8s"`,
+		`initial_backoff = "20ms"`, `initial_backoff = "1s"`,
+		`max_backoff = "100ms"`, `max_backoff = "4s"`,
+	}})
+	tr.submit(t)
+	tr.waitState(t, endpoints.StateReady, 90*time.Second)
+	t.Cleanup(func() { tr.cluster.Fault(t, moduleRoot, "link-restore", "node3", "ib") })
+	tr.cluster.Fault(t, moduleRoot, "link-cut", "node3", "ib")
+	sent := time.Now()
+	ended := make(chan string, 1)
+	go func() {
+		body := `{"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+		client := &http.Client{Timeout: 150 * time.Second}
+		resp, err := client.Post(fmt.Sprintf("http://%s/v1/chat/completions", net.JoinHostPort(tr.headHost, strconv.Itoa(tr.headPort))),
+			"application/json", strings.NewReader(body))
+		if err != nil {
+			ended <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		ended <- resp.Status
+	}()
+	e2eWaitFor(t, "the silent link found (not after timeouts.stall's 2 min)", 30*time.Second, func() bool {
+		return strings.Contains(tr.log(), "a worker's link is silent")
+	})
+	found := time.Since(sent)
+	select {
+	case how := <-ended:
+		t.Logf("silent link found %s after the request was sent; the request ended after %s: %s",
+			found.Round(100*time.Millisecond), time.Since(sent).Round(100*time.Millisecond), how)
+	case <-time.After(30 * time.Second):
+		t.Errorf("the request sent during the cut was still open 30 s after the head was restarted")
+	}
+	e2eWaitFor(t, "the tier ready on two nodes", 120*time.Second, func() bool {
+		return strings.Contains(tr.log(), "worker dropped") && tr.state() == endpoints.StateReady
+	})
+	t.Logf("serving on two nodes %s after the request", time.Since(sent).Round(100*time.Millisecond))
+	tr.complete(t)
 }
