@@ -32,6 +32,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/keeper"
+	"slurm-llm/endpoints/members"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -90,7 +91,8 @@ func keepUsage(w io.Writer) {
 func tierUsage(w io.Writer) {
 	fmt.Fprint(w, "usage: llm-upstreams tier disable NAME [--cancel] [--config FILE] [--log-format text|json]\n"+
 		"       llm-upstreams tier enable NAME [--config FILE] [--log-format text|json]\n"+
-		"       llm-upstreams tier scale NAME [--min N] [--max M] [--config FILE] [--log-format text|json]\n")
+		"       llm-upstreams tier scale NAME [--min N] [--max M] [--config FILE] [--log-format text|json]\n"+
+		"       llm-upstreams tier grow|handover NAME [--config FILE] [--log-format text|json]   (an elastic tier: now, not when idle)\n")
 }
 
 // keepParse parses args with fs, allowing flags after positional
@@ -233,7 +235,8 @@ func runTier(args []string, stdout, stderr io.Writer) int {
 		return printHelp(fs, tierUsage, stdout)
 	}
 	scale := len(rest) == 2 && rest[0] == "scale"
-	if err != nil || len(rest) != 2 || (rest[0] != "disable" && rest[0] != "enable" && !scale) || (*cancel && rest[0] != "disable") ||
+	ask := len(rest) == 2 && (rest[0] == members.RequestGrow || rest[0] == members.RequestHandover)
+	if err != nil || len(rest) != 2 || (rest[0] != "disable" && rest[0] != "enable" && !scale && !ask) || (*cancel && rest[0] != "disable") ||
 		(scale != (*minN >= 0 || *maxN >= 0)) {
 		tierUsage(stderr)
 		return keepExitUsage
@@ -249,6 +252,11 @@ func runTier(args []string, stdout, stderr io.Writer) int {
 	if scale {
 		return tierExit(log, k.ScaleTier(ctx, tier, *minN, *maxN), func() {
 			fmt.Fprintf(stdout, "tier %s scaled: %s\n", tier, scaleText(*minN, *maxN))
+		})
+	}
+	if ask {
+		return tierExit(log, k.AskLeader(tier, verb), func() {
+			fmt.Fprintf(stdout, "asked the leader of tier %s to %s now (draining first); it acts within a tick: watch `llm-upstreams status`\n", tier, verb)
 		})
 	}
 	if verb == "enable" {

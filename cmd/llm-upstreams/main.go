@@ -330,8 +330,17 @@ func runStatus(cfg upstreams.Config, o options, log hclog.Logger, stdout io.Writ
 		return exitOK
 	}
 	fmt.Fprintf(stdout, "\nKEEPER (%s)\n", path)
-	if err := keeper.WriteStatus(stdout, keeper.New(kcfg, keeper.Options{Log: log}).Status(ctx), time.Now(), false); err != nil {
+	kopts := keeper.Options{Log: log}
+	if uid, ok := kcfg.SubmitUID(); ok {
+		kopts.Owner = &uid // the members' files are the tier account's, not the caller's (root)
+	}
+	k := keeper.New(kcfg, kopts)
+	if err := keeper.WriteStatus(stdout, k.Status(ctx), time.Now(), false); err != nil {
 		log.Error("keeper status", "error", err)
+		return exitFailed
+	}
+	if err := keeper.WriteMembers(stdout, k.Members(), time.Now()); err != nil {
+		log.Error("members status", "error", err)
 		return exitFailed
 	}
 	return exitOK

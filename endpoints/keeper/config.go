@@ -431,6 +431,24 @@ func (c *Config) CheckSubmitUser(uid int) error {
 	return nil
 }
 
+// SubmitUID is the uid submit_as names; ok is false when submit_as is
+// empty or names no account.
+func (c *Config) SubmitUID() (uint32, bool) {
+	if c.SubmitAs == "" {
+		return 0, false
+	}
+	id := c.SubmitAs
+	if _, err := strconv.Atoi(id); err != nil {
+		u, err := user.Lookup(id)
+		if err != nil {
+			return 0, false
+		}
+		id = u.Uid
+	}
+	n, err := strconv.ParseUint(id, 10, 32)
+	return uint32(n), err == nil
+}
+
 // ReleasePolicy is the part of the config the release check follows.
 func (c *Config) ReleasePolicy() ReleasePolicy {
 	return ReleasePolicy{Delay: c.ReleaseDelay, RequeueHoldMax: c.RequeueHoldMax}

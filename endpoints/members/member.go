@@ -164,3 +164,37 @@ func Younger(a, b string) bool {
 	}
 	return a > b
 }
+
+// Request is an operator's request to an elastic tier's leader,
+// members/<tier>/request.json, written by `llm-upstreams tier grow|handover`
+// (as the tier account): do now, draining first, what the leader otherwise
+// does only once its head has been idle for grow_after. The leader acts on
+// a request made after it began leading, once.
+type Request struct {
+	Schema int `json:"schema"`
+	// Action is RequestGrow or RequestHandover.
+	Action string `json:"action"`
+	// At is when it was asked; the leader takes each At once.
+	At time.Time `json:"at"`
+}
+
+// The actions of a Request.
+const (
+	// RequestGrow: re-plan onto every member up now, if that is more nodes.
+	RequestGrow = "grow"
+	// RequestHandover: hand the lead to the younger member now, if one is up.
+	RequestHandover = "handover"
+)
+
+// Validate checks a request read from a file.
+func (r Request) Validate() error {
+	switch {
+	case r.Schema != SchemaVersion:
+		return fmt.Errorf("schema %d (want %d)", r.Schema, SchemaVersion)
+	case r.Action != RequestGrow && r.Action != RequestHandover:
+		return fmt.Errorf("action %q: want %q or %q", r.Action, RequestGrow, RequestHandover)
+	case r.At.IsZero():
+		return errors.New("at: missing")
+	}
+	return nil
+}

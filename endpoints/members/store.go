@@ -69,6 +69,9 @@ type Contents struct {
 	Members []Member
 	Term    Term
 	Ignored []Ignored
+	// Request is the operator's request to the leader (request.json),
+	// nil when there is none or it is ignored.
+	Request *Request
 }
 
 // Read reads every member file and the highest term file. Neither the
@@ -114,6 +117,17 @@ func (s *Store) Read() (Contents, error) {
 				continue
 			}
 			c.Members = append(c.Members, m)
+		case name == requestFile:
+			b, err := s.readFile(name)
+			if err == nil {
+				var r Request
+				r, err = ParseRequest(b)
+				if err == nil {
+					c.Request = &r
+					continue
+				}
+			}
+			c.Ignored = append(c.Ignored, Ignored{name, err.Error()})
 		case strings.HasPrefix(name, "term-") && strings.HasSuffix(name, ".json"):
 			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "term-"), ".json"))
 			if err != nil || n <= c.Term.N {
@@ -223,6 +237,37 @@ func ParseMember(b []byte) (Member, error) {
 		return Member{}, fmt.Errorf("invalid member file: %w", err)
 	}
 	return m, nil
+}
+
+// ParseRequest decodes and validates a request file's bytes.
+func ParseRequest(b []byte) (Request, error) {
+	var r Request
+	if err := decode(b, &r); err != nil {
+		return Request{}, err
+	}
+	if err := r.Validate(); err != nil {
+		return Request{}, fmt.Errorf("invalid request file: %w", err)
+	}
+	return r, nil
+}
+
+// requestFile is the operator's request to the leader.
+const requestFile = "request.json"
+
+// WriteRequest writes the operator's request for the tier's leader
+// (atomically, replacing an older one), as the tier account.
+func (s *Store) WriteRequest(r Request) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	if err := s.EnsureDirs(); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	return fsutil.WriteFile(filepath.Join(s.dir, requestFile), append(b, '\n'), endpoints.FileMode)
 }
 
 // ParseTerm decodes and validates a term file's bytes.

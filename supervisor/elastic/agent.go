@@ -92,6 +92,7 @@ func (a *Agent) Tick(now time.Time) Decision {
 	if d.Take {
 		d = a.take(v, d)
 	}
+	d.Request = c.Request
 	a.settle(d)
 	return d
 }

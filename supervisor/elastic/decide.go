@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"slurm-llm/endpoints/members"
 )
 
 // Timing are the durations leadership depends on.
@@ -61,6 +63,9 @@ type Decision struct {
 	// Ignored are the files of the member directory the read did not take
 	// (malformed, another owner's, another tier's), for the log.
 	Ignored []Ignored
+	// Request is the operator's request to the leader (request.json), if
+	// any; the member runner's leader acts on it (Runner.asked).
+	Request *members.Request
 }
 
 // Decide is the leadership rule, pure. A member leads its term while its

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints/members"
 	"slurm-llm/health"
 	"slurm-llm/supervisor"
 	"slurm-llm/supervisor/clock"
@@ -88,6 +89,9 @@ type Runner struct {
 	policy      *supervisor.RestartPolicy
 	workerRetry time.Time
 	lastWhy     string
+	// askedDone is the time of the last operator request taken (asked),
+	// or when the runner was made: older requests are not acted on.
+	askedDone time.Time
 	// gatherTerm, gatherSince: the term whose head waits for members whose
 	// rpc-server is still starting, and since when.
 	gatherTerm  int
@@ -138,7 +142,7 @@ func NewRunner(o Options) (*Runner, error) {
 	}
 	r := &Runner{o: o, log: o.Log, stop: make(chan supervisor.StopRequest, 4), msgs: make(chan any, 8),
 		agent:  NewAgent(o.Files, m, Timing{Lease: e.Lease, Skew: e.Skew}),
-		policy: supervisor.NewRestartPolicy(o.Config.Restart, rand.Float64)}
+		policy: supervisor.NewRestartPolicy(o.Config.Restart, rand.Float64), askedDone: o.Clock.Now()}
 	return r, nil
 }
 
@@ -289,6 +293,9 @@ func (r *Runner) watchHead(d Decision, now time.Time) {
 		}
 		return
 	}
+	if r.asked(d, now) {
+		return
+	}
 	if n, _, ok := r.o.Config.Elastic.PlanFor(1 + len(d.Workers)); ok && n > r.headNodes {
 		r.maybeGrow(n, now)
 		return
@@ -301,6 +308,41 @@ func (r *Runner) watchHead(d Decision, now time.Time) {
 		r.handingOver = true
 		r.stopHead(supervisor.StopRequest{Reason: "handing the lead to a younger member", SkipDrain: true})
 	}
+}
+
+// asked acts on an operator's request (llm-upstreams tier grow|handover,
+// members.Request) made since the last one this member took, or since it
+// started: what the automatic rule does once the head has been idle for
+// grow_after, now, draining first (the requests in flight get the drain's
+// budget, counted from now). A request with nothing to do is logged and
+// taken. It reports whether the head is being stopped.
+func (r *Runner) asked(d Decision, now time.Time) bool {
+	q := d.Request
+	if q == nil || !q.At.After(r.askedDone) {
+		return false
+	}
+	r.askedDone = q.At
+	switch q.Action {
+	case members.RequestGrow:
+		n, _, ok := r.o.Config.Elastic.PlanFor(1 + len(d.Workers))
+		if !ok || n <= r.headNodes {
+			r.log.Info("asked to grow, but the head already serves on every member up", "nodes", r.headNodes)
+			return false
+		}
+		r.log.Info("asked to grow: draining, then re-planning to more nodes", "from", r.headNodes, "to", n)
+		r.stopHead(supervisor.StopRequest{Reason: supervisor.StopReason(fmt.Sprintf("re-planning to %d nodes (asked by an operator)", n)), Since: now})
+	case members.RequestHandover:
+		if !d.Younger {
+			r.log.Info("asked to hand the lead over, but no younger member is up: this member keeps the lead")
+			return false
+		}
+		r.log.Info("asked to hand the lead over: draining, then handing it to the younger member")
+		r.handingOver = true
+		r.stopHead(supervisor.StopRequest{Reason: "handing the lead to a younger member (asked by an operator)", Since: now})
+	default:
+		return false
+	}
+	return true
 }
 
 // idleFor reports whether the head has been idle for grow_after (never

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"slurm-llm/endpoints/members"
 	"slurm-llm/supervisor"
 	"slurm-llm/supervisor/clock"
 	"slurm-llm/supervisor/tier"
@@ -526,5 +527,57 @@ func TestLeaderLeasesItsHead(t *testing.T) {
 	}
 	if d := cmp.Diff(want, after); d != "" {
 		t.Errorf("renewals once the member file could not be written (-want +got):\n%s", d)
+	}
+}
+
+// TestOperatorAsksToGrowAndHandOver: while the head is busy, the leader
+// neither grows back nor hands the lead to a younger member (both wait for
+// grow_after of idleness); `llm-upstreams tier grow|handover` writes a
+// request the leader acts on at once, draining first (issue 21: what
+// operators asked for). A request with nothing to do changes nothing.
+func TestOperatorAsksToGrowAndHandOver(t *testing.T) {
+	g := newTierRig(t)
+	g.busy = true
+	g.join("101", 2)
+	m102 := g.join("102", 3)
+	g.until("member 102 leads on two nodes", func() bool {
+		l := g.leader()
+		return l == m102 && l.running().serving == "2 of 3 nodes, context 65536"
+	})
+	ask := func(action string) {
+		if err := NewStore(g.dir, "reasoning", nil).WriteRequest(members.Request{Schema: SchemaVersion, Action: action, At: g.clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask(members.RequestHandover) // no younger member: nothing to do
+	g.join("100", 1)             // an older member: the head could grow
+	h := m102.running()
+	for i := 0; i < 20; i++ {
+		g.round()
+	}
+	if m102.running() != h {
+		t.Fatal("the busy leader re-planned or handed over unasked")
+	}
+	ask(members.RequestGrow)
+	g.until("a head on three nodes", func() bool {
+		l := g.leader()
+		return l == m102 && l.running() != h && l.running().serving == "3 of 3 nodes, context 131072"
+	})
+	if req := h.stopReq(); req.SkipDrain || !strings.Contains(string(req.Reason), "asked by an operator") {
+		t.Errorf("the head was stopped with %+v, want a drain asked by an operator", req)
+	}
+
+	m103 := g.join("103", 4)
+	h = m102.running()
+	for i := 0; i < 20; i++ {
+		g.round()
+	}
+	if g.leader() != m102 || m102.running() != h {
+		t.Fatal("the busy leader handed over unasked")
+	}
+	ask(members.RequestHandover)
+	g.until("the younger member leads", func() bool { return g.leader() == m103 })
+	if req := h.stopReq(); req.SkipDrain || !strings.Contains(string(req.Reason), "handing the lead to a younger member (asked by an operator)") {
+		t.Errorf("the head was stopped with %+v, want a drain for an asked handover", req)
 	}
 }
