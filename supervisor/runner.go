@@ -169,8 +169,12 @@ type Runner struct {
 	err       error
 	poll      clock.Ticker
 	pollEvery time.Duration
-	wake      clock.Timer
-	heartbeat clock.Ticker
+	// links ticks the silent-link checks (linkCheckEvery); linkChecking:
+	// one is under way.
+	links        clock.Ticker
+	linkChecking bool
+	wake         clock.Timer
+	heartbeat    clock.Ticker
 }
 
 // New returns a Runner for plan. It checks that plan can be run.
@@ -296,6 +300,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.poll = r.clock.NewTicker(r.opts.StartupPoll)
 	r.pollEvery = r.opts.StartupPoll
 	r.heartbeat = r.clock.NewTicker(r.plan.Timeouts.Heartbeat)
+	r.links = r.clock.NewTicker(linkCheckEvery)
+	defer r.links.Stop()
 	r.wake = r.clock.NewTimer(time.Hour)
 	r.wake.Stop()
 	defer r.poll.Stop()
@@ -322,6 +328,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.reconcile()
 		case d := <-r.leases:
 			r.renewLease(d)
+		case <-r.links.C():
+			r.checkLinks()
 		}
 		r.updatePoll()
 	}
@@ -381,6 +389,8 @@ func (r *Runner) handleMsg(m any) {
 		r.handleSuperseded()
 	case unreachableMsg:
 		r.handleUnreachable(m)
+	case linkMsg:
+		r.handleLinks(m)
 	}
 }
 

@@ -22,9 +22,52 @@ type healthMsg struct {
 	models []string
 	// load is set when the head's load was read (while it serves).
 	load *loadMsg
-	// silent names the workers (host:port) whose connection from the head
-	// the kernel shows silent (health.SilentPeers).
+}
+
+// linkMsg is one silent-link check of the head's connections to its
+// workers: silent names the workers (host:port) whose connection the
+// kernel shows silent (health.SilentPeers).
+type linkMsg struct {
+	gen    int
 	silent []string
+}
+
+// linkCheckEvery is how often the head's connections to its workers are
+// read from the kernel (one sock_diag dump per address family, about
+// BenchmarkTCPConns's figure): on a clock of its own, not the health
+// check's, whose HTTP calls to a head stuck on a silent worker wait out
+// health_timeout.
+const linkCheckEvery = 500 * time.Millisecond
+
+// checkLinks starts a silent-link check of the running head's connections
+// to its workers, unless one is under way.
+func (r *Runner) checkLinks() {
+	h := r.head
+	if r.linkChecking || r.state == StateDraining || (h.phase != phaseStarting && h.phase != phaseReady) {
+		return
+	}
+	workers := r.workerAddrs()
+	if len(workers) == 0 {
+		return
+	}
+	r.linkChecking = true
+	gen, links, timeout := h.gen, r.opts.Links, r.plan.Timeouts.HealthTimeout
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		r.send(linkMsg{gen: gen, silent: silentWorkers(ctx, links, workers)})
+	}()
+}
+
+// handleLinks takes a silent-link check: a silent worker link of the
+// running head restarts it and its workers.
+func (r *Runner) handleLinks(m linkMsg) {
+	r.linkChecking = false
+	h := r.head
+	if m.gen != h.gen || len(m.silent) == 0 || r.state == StateDraining || (h.phase != phaseStarting && h.phase != phaseReady) {
+		return
+	}
+	r.linkSilent(m.silent)
 }
 
 // loadMsg is one reading of the head's load: requests in flight and work done.
@@ -97,11 +140,10 @@ func (r *Runner) pollHead(now time.Time) {
 	base := health.BaseURL(h.spec.Addr, h.spec.Port)
 	gen, wantModels, client := h.gen, h.phase == phaseStarting || r.models == nil, r.opts.HTTPClient
 	serving := h.phase == phaseReady
-	workers, links := r.workerAddrs(), r.opts.Links
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.HealthTimeout)
 		defer cancel()
-		m := healthMsg{gen: gen, silent: silentWorkers(ctx, links, workers)}
+		m := healthMsg{gen: gen}
 		m.status, m.err = health.Check(ctx, client, base)
 		if m.status == health.StatusReady && wantModels {
 			m.models, _ = health.Models(ctx, client, base)
@@ -123,10 +165,6 @@ func (r *Runner) handleHealth(m healthMsg) {
 	}
 	h.checking = false
 	now := r.clock.Now()
-	if len(m.silent) > 0 {
-		r.linkSilent(m.silent)
-		return
-	}
 	if m.load != nil {
 		r.recordInFlight(inFlightMsg{gen: m.gen, n: m.load.metrics.InFlight, err: m.load.err})
 		if r.stalled(now, *m.load) {

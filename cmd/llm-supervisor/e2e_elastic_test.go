@@ -32,6 +32,8 @@ type e2eElastic struct {
 	headPort         int
 	jobs             map[string]string // node → member job id
 	cluster          slurmtest.Cluster
+	// real: the members run real llama.cpp (e2e_real_test.go).
+	real *realLlama
 }
 
 const e2eElasticConfig = `
@@ -77,7 +79,10 @@ ctx = 4096
 tensor_split = [1, 1]
 `
 
-func setupElastic(t testing.TB) *e2eElastic {
+func setupElastic(t testing.TB) *e2eElastic { return setupElasticWith(t, nil) }
+
+// setupElasticWith is setupElastic with real llama.cpp when rl is set.
+func setupElasticWith(t testing.TB, rl *realLlama) *e2eElastic {
 	cluster := slurmtest.Need(t, "netns")
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -86,12 +91,16 @@ func setupElastic(t testing.TB) *e2eElastic {
 		t.Fatal(err)
 	}
 	el := &e2eElastic{dir: dir, endpointDir: filepath.Join(dir, "endpoints"), headPort: faketest.FreePort(t),
-		jobs: map[string]string{}, cluster: cluster}
+		jobs: map[string]string{}, cluster: cluster, real: rl}
 	e2eBuild(t, filepath.Join(dir, "llm-supervisor"), "slurm-llm/cmd/llm-supervisor")
 	e2eBuild(t, filepath.Join(dir, "fake-llama"), "slurm-llm/cmd/fake-llama")
 	model := filepath.Join(dir, "e2e.gguf")
 	e2eWriteFile(t, model, "")
-	e2eWriteFile(t, filepath.Join(dir, "tier.toml"), fmt.Sprintf(e2eElasticConfig, el.endpointDir, dir, dir, el.headPort, dir, model))
+	config := fmt.Sprintf(e2eElasticConfig, el.endpointDir, dir, dir, el.headPort, dir, model)
+	if rl != nil {
+		config = rl.apply(config, dir)
+	}
+	e2eWriteFile(t, filepath.Join(dir, "tier.toml"), config)
 	e2eWriteFile(t, filepath.Join(dir, "job.sh"), fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml --log-level debug\n", dir, dir))
 	t.Cleanup(func() { el.cleanup(t) })
 	return el
@@ -150,6 +159,9 @@ func (el *e2eElastic) leftovers() []int { return pgrepPIDs(el.dir) }
 // line starts with the fake in server mode (not the srun clients and shims
 // whose command lines name it further on).
 func (el *e2eElastic) heads() int {
+	if el.real != nil {
+		return len(pgrepPIDs("^" + filepath.Join(el.real.bin, "llama-server") + " "))
+	}
 	return len(pgrepPIDs("^" + el.dir + "/fake-llama server"))
 }
 
@@ -196,6 +208,12 @@ func (el *e2eElastic) serving(t testing.TB, leader string, nodes int, within tim
 // complete asks the routed head for a completion.
 func (el *e2eElastic) complete(t testing.TB, e endpoints.Endpoint) {
 	t.Helper()
+	if el.real != nil {
+		if code, text, err := realComplete(e.Host, e.Port, 60*time.Second); err != nil || code != 200 {
+			t.Fatalf("completion from %s: %d %v %s", e.Host, code, err, text)
+		}
+		return
+	}
 	body := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
 	resp, err := http.Post("http://"+net.JoinHostPort(e.Host, strconv.Itoa(e.Port))+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {

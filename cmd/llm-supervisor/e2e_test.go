@@ -80,6 +80,8 @@ type e2eOptions struct {
 	replace []string
 	// sbatchArgs are added to the job's submission ("--no-kill").
 	sbatchArgs []string
+	// real runs real llama.cpp instead of the fake (e2e_real_test.go).
+	real *realLlama
 }
 
 // setupE2E builds the binaries into a fresh world-readable temp dir and
@@ -114,6 +116,9 @@ func setupE2EWith(t testing.TB, o e2eOptions) *e2eTier {
 	}
 	if cluster.Mode == "netns" {
 		config = asSite(config)
+	}
+	if o.real != nil {
+		config = o.real.apply(config, dir)
 	}
 	config = strings.NewReplacer(o.replace...).Replace(config)
 	tr.sbatchArgs = o.sbatchArgs
