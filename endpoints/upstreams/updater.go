@@ -327,14 +327,28 @@ func (u *Updater) checkJobs(ds []endpoints.Decision, jobs endpoints.JobStates, p
 			d.Live, d.Unverified, d.Why = false, false, WhyNotConfigured
 		case !jobs.Asked || jobs.Err != nil:
 		default:
-			job := u.sched.jobs[d.Endpoint.JobID]
-			if job.UID != owners[d.File] {
-				d.Live, d.Why = false, whyWrongOwner(job, owners[d.File])
-			} else if !tc.IsTierJob(job.Name) {
-				d.Live, d.Why = false, whyWrongName(job, tc.JobName)
+			if why := u.notTheTiersJob(d.Entry, tc, owners); why != "" {
+				d.Live, d.Why = false, why
 			}
 		}
 	}
+}
+
+// notTheTiersJob says why the scheduler's answer about en's job does not
+// fit en ("" when it does): a job of another user than the file's owner,
+// or not named as tc's jobs, so that a file cannot borrow another user's
+// job. Callers ask only about a job the answer lists (a live decision's:
+// Decide calls a missing one gone; trusted requires it listed). checkJobs
+// and trusted share it, so what routes and what fences are one rule.
+func (u *Updater) notTheTiersJob(en endpoints.Entry, tc TierConfig, owners map[string]uint32) string {
+	job := u.sched.jobs[en.Endpoint.JobID]
+	switch {
+	case job.UID != owners[en.File]:
+		return whyWrongOwner(job, owners[en.File])
+	case !tc.IsTierJob(job.Name):
+		return whyWrongName(job, tc.JobName)
+	}
+	return ""
 }
 
 // trusted is the check an entry must pass to fence others (issue 23): a
@@ -355,8 +369,8 @@ func (u *Updater) trusted(jobs endpoints.JobStates, pending map[string]bool, own
 		case !jobs.Asked || jobs.Err != nil || pending[en.Endpoint.JobID]:
 			return true
 		}
-		job, known := u.sched.jobs[en.Endpoint.JobID]
-		return known && job.UID == owners[en.File] && tc.IsTierJob(job.Name)
+		_, known := u.sched.jobs[en.Endpoint.JobID]
+		return known && u.notTheTiersJob(en, tc, owners) == ""
 	}
 }
 
