@@ -22,6 +22,8 @@ import (
 type Head interface {
 	Run(ctx context.Context) error
 	Stop(supervisor.StopRequest)
+	// Lease renews the head's lease (tier.Process.Lease) for d from now.
+	Lease(d time.Duration)
 }
 
 // Options are what a member runner needs. Config, Self, RunID, Files,
@@ -432,12 +434,8 @@ func (r *Runner) headLease(now time.Time) time.Duration {
 // member lease (a tick whose write failed renews nothing more: the head's
 // lease runs out with the member's).
 func (r *Runner) renewHeadLease(d Decision, now time.Time) {
-	l, ok := r.head.(interface{ Lease(time.Duration) })
-	if !ok || !d.Lead {
-		return
-	}
-	if left := r.headLease(now); left > 0 {
-		l.Lease(left)
+	if left := r.headLease(now); d.Lead && left > 0 {
+		r.head.Lease(left)
 	}
 }
 
