@@ -416,13 +416,9 @@ func (c *Config) CheckSubmitUser(uid int) error {
 	if c.SubmitAs == "" {
 		return nil
 	}
-	want := c.SubmitAs
-	if _, err := strconv.Atoi(want); err != nil {
-		u, err := user.Lookup(want)
-		if err != nil {
-			return fmt.Errorf("submit_as %q: %w", c.SubmitAs, err)
-		}
-		want = u.Uid
+	want, err := c.submitUID()
+	if err != nil {
+		return err
 	}
 	if want != strconv.Itoa(uid) {
 		return fmt.Errorf("%w: running as uid %d, submit_as is %s (uid %s): run it as that user "+
@@ -431,19 +427,28 @@ func (c *Config) CheckSubmitUser(uid int) error {
 	return nil
 }
 
+// submitUID is the uid submit_as names (a user name is looked up), as
+// text; submit_as must be set.
+func (c *Config) submitUID() (string, error) {
+	if _, err := strconv.Atoi(c.SubmitAs); err == nil {
+		return c.SubmitAs, nil
+	}
+	u, err := user.Lookup(c.SubmitAs)
+	if err != nil {
+		return "", fmt.Errorf("submit_as %q: %w", c.SubmitAs, err)
+	}
+	return u.Uid, nil
+}
+
 // SubmitUID is the uid submit_as names; ok is false when submit_as is
 // empty or names no account.
 func (c *Config) SubmitUID() (uint32, bool) {
 	if c.SubmitAs == "" {
 		return 0, false
 	}
-	id := c.SubmitAs
-	if _, err := strconv.Atoi(id); err != nil {
-		u, err := user.Lookup(id)
-		if err != nil {
-			return 0, false
-		}
-		id = u.Uid
+	id, err := c.submitUID()
+	if err != nil {
+		return 0, false
 	}
 	n, err := strconv.ParseUint(id, 10, 32)
 	return uint32(n), err == nil
