@@ -146,34 +146,47 @@ func ReadFile(path string, opts ReadOptions) (Endpoint, error) {
 	return e, nil
 }
 
-// readFile opens path without following symlinks, checks what it is through
-// the open descriptor (so it cannot be swapped between check and read), and
-// parses at most the size limit.
+// readFile reads path as an untrusted endpoint file and parses it.
 func readFile(path string, opts ReadOptions) (Endpoint, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return Endpoint{}, refused{errors.New("is a symlink")}
-		}
-		return Endpoint{}, fmt.Errorf("open: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
 	limit := opts.MaxFileSize
 	if limit <= 0 {
 		limit = DefaultMaxFileSize
 	}
-	if err := checkFile(f, opts.AllowedUIDs, limit); err != nil {
-		return Endpoint{}, refused{err}
+	b, err := ReadUntrusted(path, opts.AllowedUIDs, limit)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	return Parse(b)
+}
+
+// ReadUntrusted reads a file of the shared directory that anyone may have
+// put there (endpoint, member, term files): opened without following a
+// symlink and without blocking (a FIFO must not hang its reader), then
+// checked through the open descriptor, so that it cannot be swapped
+// between check and read (checkFile: a regular file, not writable by group
+// or others, of an allowed owner (empty: any), at most limit bytes). A file
+// that fails those checks gives an error that is ErrNotOurs.
+func ReadUntrusted(path string, allowed []uint32, limit int64) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, refused{errors.New("is a symlink")}
+		}
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if err := checkFile(f, allowed, limit); err != nil {
+		return nil, refused{err}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("read: %w", err)
+		return nil, fmt.Errorf("read: %w", err)
 	}
 	if int64(len(b)) > limit {
-		return Endpoint{}, fmt.Errorf("larger than %d bytes", limit)
+		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
-	return Parse(b)
+	return b, nil
 }
 
 // checkFile refuses what must not be trusted: anything but a regular file,

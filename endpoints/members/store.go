@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"slurm-llm/endpoints"
@@ -173,42 +172,13 @@ func (s *Store) checkMember(name string, m Member) error {
 	return nil
 }
 
-// readFile reads and decodes one file strictly: opened without following
-// a link and without blocking (a FIFO named like a member file must not
-// hang every reader), then checked on the open descriptor: a regular file,
-// not writable by group or others, of an allowed owner, small. It returns
-// the bytes; ParseMember and ParseTerm decode them.
+// readFile reads one file of the directory as untrusted input, as the
+// endpoint reader does (endpoints.ReadUntrusted: no link followed, no
+// blocking on a FIFO, checked on the descriptor: regular, not writable by
+// group or others, an allowed owner, small). ParseMember and ParseTerm
+// decode what it returns.
 func (s *Store) readFile(name string) ([]byte, error) {
-	fd, err := syscall.Open(filepath.Join(s.dir, name), syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, errors.New("is a symlink")
-		}
-		return nil, fmt.Errorf("open: %w", &fs.PathError{Op: "open", Path: name, Err: err})
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
-	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
-		return nil, fmt.Errorf("writable by group or others (mode %#o)", perm)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && len(s.uids) > 0 && !containsUID(s.uids, st.Uid) {
-		return nil, fmt.Errorf("owned by uid %d, not an allowed owner", st.Uid)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
-	}
-	return b, nil
+	return endpoints.ReadUntrusted(filepath.Join(s.dir, name), s.uids, maxFileSize)
 }
 
 // decode reads one JSON object strictly: unknown fields and trailing data
@@ -280,15 +250,6 @@ func ParseTerm(b []byte) (Term, error) {
 		return Term{}, fmt.Errorf("invalid term file: %w", err)
 	}
 	return t, nil
-}
-
-func containsUID(uids []uint32, u uint32) bool {
-	for _, x := range uids {
-		if x == u {
-			return true
-		}
-	}
-	return false
 }
 
 // memberFile is the file name of a job's member file.
