@@ -54,14 +54,10 @@ func DescribeDir(path string) (string, bool) {
 	if err != nil {
 		return fmt.Sprintf("not checked here: %v", err), false
 	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	uid := uint32(0)
-	if st != nil {
-		uid = st.Uid
-	}
-	if err := CheckDir(path, uid); err != nil {
+	if err := CheckShared(path); err != nil {
 		return err.Error(), false
 	}
+	uid := fi.Sys().(*syscall.Stat_t).Uid // CheckShared found it
 	return fmt.Sprintf("a directory owned by uid %d, mode %#o: the tier's jobs must run as uid %d", uid, fi.Mode().Perm(), uid), true
 }
 
