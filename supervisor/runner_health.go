@@ -51,12 +51,8 @@ func (r *Runner) checkLinks() {
 		return
 	}
 	r.linkChecking = true
-	gen, links, timeout := h.gen, r.opts.Links, r.plan.Timeouts.HealthTimeout
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		r.send(linkMsg{gen: gen, silent: silentWorkers(ctx, links, workers)})
-	}()
+	gen, links := h.gen, r.opts.Links
+	go func() { r.send(linkMsg{gen: gen, silent: silentWorkers(links, workers)}) }()
 }
 
 // handleLinks takes a silent-link check: a silent worker link of the
@@ -267,8 +263,9 @@ func (r *Runner) workerAddrs() []string {
 
 // silentWorkers asks the kernel (links) which of the workers' connections
 // are silent; any error gives none (a check that cannot run never stops a
-// head).
-func silentWorkers(ctx context.Context, links func() ([]health.TCPConn, error), workers []string) []string {
+// head). The workers' addresses are the plan's, IP literals (resolved on
+// the batch node when the plan was made: tier.ResolveAddresses).
+func silentWorkers(links func() ([]health.TCPConn, error), workers []string) []string {
 	if links == nil || len(workers) == 0 {
 		return nil
 	}
@@ -279,26 +276,17 @@ func silentWorkers(ctx context.Context, links func() ([]health.TCPConn, error), 
 	byAddr := map[netip.AddrPort]string{}
 	var dsts []netip.AddrPort
 	for _, w := range workers {
-		host, port, err := net.SplitHostPort(w)
+		d, err := netip.ParseAddrPort(w)
 		if err != nil {
 			continue
 		}
-		p, _ := strconv.Atoi(port)
-		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			continue
-		}
-		for _, ip := range ips {
-			d := netip.AddrPortFrom(ip.Unmap(), uint16(p))
-			byAddr[d] = w
-			dsts = append(dsts, d)
-		}
+		d = netip.AddrPortFrom(d.Addr().Unmap(), d.Port())
+		byAddr[d] = w
+		dsts = append(dsts, d)
 	}
 	var out []string
 	for _, d := range health.SilentPeers(conns, dsts) {
-		if !slices.Contains(out, byAddr[d]) {
-			out = append(out, byAddr[d])
-		}
+		out = append(out, byAddr[d])
 	}
 	return out
 }

@@ -33,18 +33,26 @@ const moduleRoot = "../.."
 // and to give up on a worker that does not come back.
 func faultTier(t *testing.T, minWorkers int, headArgs ...string) *e2eTier {
 	slurmtest.Need(t, "netns")
-	tr := setupE2EWith(t, e2eOptions{headArgs: headArgs,
-		replace: []string{
-			"min_workers = 2", "min_workers = " + strconv.Itoa(minWorkers),
-			`worker_start = "30s"`, "worker_start = \"8s\"\nstall = \"5s\"",
-			// The product's restart pacing, not the benchmarks' 20 ms: right
-			// after a lost node returns, srun could not create a step on it
-			// for a moment ("Requested node configuration is not
-			// available", seen once), and three starts in 120 ms gave up.
-			`initial_backoff = "20ms"`, `initial_backoff = "1s"`,
-			`max_backoff = "100ms"`, `max_backoff = "4s"`,
-		}})
-	return tr
+	return setupE2EWith(t, e2eOptions{headArgs: headArgs, replace: faultReplace(minWorkers, "5s")})
+}
+
+// faultReplace is the fault tests' config: min_workers, a worker that
+// does not come back given up on quickly, stall (empty: its default), and
+// the product's restart pacing, not the benchmarks' 20 ms: right after a
+// lost node returns, srun could not create a step on it for a moment
+// ("Requested node configuration is not available", seen once), and three
+// starts in 120 ms gave up.
+func faultReplace(minWorkers int, stall string) []string {
+	start := `worker_start = "8s"`
+	if stall != "" {
+		start += "\nstall = " + strconv.Quote(stall)
+	}
+	return []string{
+		"min_workers = 2", "min_workers = " + strconv.Itoa(minWorkers),
+		`worker_start = "30s"`, start,
+		`initial_backoff = "20ms"`, `initial_backoff = "1s"`,
+		`max_backoff = "100ms"`, `max_backoff = "4s"`,
+	}
 }
 
 // returnNode brings a lost node back, at the end of the test whatever happened.
@@ -241,12 +249,7 @@ func releaseWhenSafe(t testing.TB, job string) {
 // worker is dropped, and the tier serves on two nodes (issue 21, item 6).
 func TestE2ESilentLinkNothingInFlight(t *testing.T) {
 	slurmtest.Need(t, "netns")
-	tr := setupE2EWith(t, e2eOptions{replace: []string{
-		"min_workers = 2", "min_workers = 1",
-		`worker_start = "30s"`, `worker_start = "8s"`,
-		`initial_backoff = "20ms"`, `initial_backoff = "1s"`,
-		`max_backoff = "100ms"`, `max_backoff = "4s"`,
-	}})
+	tr := setupE2EWith(t, e2eOptions{replace: faultReplace(1, "")}) // stall at its 2 min default
 	tr.submit(t)
 	tr.waitState(t, endpoints.StateReady, 90*time.Second)
 	t.Cleanup(func() { tr.cluster.Fault(t, moduleRoot, "link-restore", "node3", "ib") })

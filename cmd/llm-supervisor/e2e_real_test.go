@@ -91,12 +91,7 @@ func realComplete(host string, port int, timeout time.Duration) (int, string, er
 func TestE2ERealLlamaDistributed(t *testing.T) {
 	rl := needRealLlama(t)
 	slurmtest.Need(t, "netns")
-	tr := setupE2EWith(t, e2eOptions{real: rl, replace: []string{
-		"min_workers = 2", "min_workers = 1",
-		`worker_start = "30s"`, `worker_start = "8s"`,
-		`initial_backoff = "20ms"`, `initial_backoff = "1s"`,
-		`max_backoff = "100ms"`, `max_backoff = "4s"`,
-	}})
+	tr := setupE2EWith(t, e2eOptions{real: rl, replace: faultReplace(1, "")})
 	tr.submit(t)
 	tr.waitState(t, endpoints.StateReady, 240*time.Second)
 	if code, text, err := realComplete(tr.headHost, tr.headPort, 60*time.Second); err != nil || code != 200 {
