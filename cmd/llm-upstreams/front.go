@@ -106,6 +106,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 	sctx, stop := context.WithTimeout(context.Background(), frontShutdownGrace)
 	defer stop()
 	_ = srv.Shutdown(sctx)
+	fd.Close() // the access lines still queued
 	if err != nil {
 		log.Error("front door", "error", err)
 		return exitFailed

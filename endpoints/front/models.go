@@ -77,8 +77,9 @@ func statusRank(s string) int {
 // head serves, once, with the tier the front door routes it to. A head's
 // own entry is passed on as it gave it (plus "tier"); a model its file
 // lists but its /v1/models was not read yet gets a minimal entry. Tiers
-// and heads are walked in order, so the answer is stable.
-func mergedModels(t *table, tierOf func(string) string) []byte {
+// and heads are walked in order, so the answer is stable. With only set,
+// the models of that tier alone (its prefix's /v1/models).
+func mergedModels(t *table, tierOf func(string) string, only string) []byte {
 	type merged struct {
 		entry map[string]json.RawMessage
 		rank  int
@@ -87,7 +88,7 @@ func mergedModels(t *table, tierOf func(string) string) []byte {
 	var order []string
 	add := func(id string, entry map[string]json.RawMessage, rank int) {
 		tier := tierOf(id)
-		if tier == "" {
+		if tier == "" || only != "" && tier != only {
 			return
 		}
 		e := maps.Clone(entry)
