@@ -98,7 +98,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 			_, _ = w.Write(fd.StatusJSON())
 		})
 		go func() {
-			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), upstreams.Route{Path: "/status", Handler: status})
+			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, upstreams.Route{Path: "/status", Handler: status})
 		}()
 	}
 	err = <-errs

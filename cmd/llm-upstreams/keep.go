@@ -178,7 +178,7 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 	log.Info("keeping tiers queued", "tiers", cfg.TierNames(), "interval", *interval)
 	if cfg.MetricsListen != "" {
 		go func() {
-			if err := upstreams.ServeMetrics(ctx, cfg.MetricsListen, k.Gatherer()); err != nil {
+			if err := upstreams.ServeMetrics(ctx, cfg.MetricsListen, k.Gatherer(), version); err != nil {
 				log.Error("metrics server stopped; the keeper goes on without it", "error", err)
 			}
 		}()

@@ -221,7 +221,7 @@ func runWatch(cfg upstreams.Config, path string, log hclog.Logger) int {
 	}
 	metricsErr := make(chan error, 1)
 	if cfg.Metrics.Listen != "" {
-		go func() { metricsErr <- upstreams.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer()) }()
+		go func() { metricsErr <- upstreams.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer(), version) }()
 	}
 	watchErr := make(chan error, 1)
 	go func() {

@@ -9,11 +9,13 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 
@@ -288,7 +290,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter("llm_upstreams_scheduler_call_failures_total", "Scheduler calls that got no answer.", m.schedulerFailed)
 	counter("llm_upstreams_hint_wakeups_total", "Times hints woke watch for a pass (a burst counts once).", m.hints)
 	counter("llm_upstreams_rejected_files_total", "Endpoint files rejected, summed over passes.", m.rejectedTotal)
-	e.emit("llm_upstreams_rejected_files", "Endpoint files rejected by the last pass.", prometheus.GaugeValue, float64(m.rejected))
+	// Not llm_upstreams_rejected_files: beside the counter above, that
+	// name is one OpenMetrics family (a counter's name without _total).
+	e.emit("llm_upstreams_last_pass_rejected_files", "Endpoint files rejected by the last pass.", prometheus.GaugeValue, float64(m.rejected))
 	counter("llm_upstreams_skipped_files_total", "Endpoint files left unread for max_files, summed over passes.", m.skippedTotal)
 	e.emit("llm_upstreams_last_pass_seconds", "Duration of the last pass.", prometheus.GaugeValue, m.lastPassDuration.Seconds())
 	var last float64
@@ -303,8 +307,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectTiers(e)
 }
 
-// Gatherer is what /metrics and the textfile serve: these metrics alone
-// (no Go runtime or process collectors).
+// Gatherer is what the textfile holds and /metrics serves beside the
+// process's own figures (ServeMetrics adds them).
 func (m *Metrics) Gatherer() prometheus.Gatherer {
 	r := prometheus.NewRegistry()
 	r.MustRegister(m)
@@ -351,16 +355,37 @@ type Route struct {
 var metricsTimeouts = struct{ readHeader, read, write, idle time.Duration }{
 	readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: time.Minute}
 
-// ServeMetrics serves GET /metrics (what g gathers) and routes on addr
-// until ctx ends. Every listener has its timeouts: a client that sends
-// slowly or keeps a connection idle is cut.
-func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, routes ...Route) error {
+// BuildInfoName is the build information family every metrics listener
+// of llm-upstreams (watch, keep, front) serves: one program, one name;
+// Prometheus' job label tells the listeners apart.
+const BuildInfoName = "llm_upstreams_build_info"
+
+// ProcessGatherer gathers what every metrics listener serves beside its
+// own figures: BuildInfoName{version,goversion} (always 1) and
+// client_golang's Go runtime (go_*: memory, goroutines, GC) and process
+// (process_*: CPU, resident memory, file descriptors against their limit)
+// collectors, for daemons that run for months. The node_exporter textfile
+// leaves them out: they would describe a process that has ended.
+func ProcessGatherer(version string) prometheus.Gatherer {
+	r := prometheus.NewRegistry()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: BuildInfoName,
+		Help: "Always 1: the version of llm-upstreams and of the Go that built it, as labels."}, []string{"version", "goversion"})
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	r.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}
+
+// ServeMetrics serves GET /metrics (what g gathers, and ProcessGatherer's
+// figures for version) and routes on addr until ctx ends. Every listener
+// has its timeouts: a client that sends slowly or keeps a connection idle
+// is cut.
+func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, version string, routes ...Route) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{g, ProcessGatherer(version)}, promhttp.HandlerOpts{}))
 	for _, r := range routes {
 		mux.Handle(r.Path, r.Handler)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestServeMetrics(t *testing.T) {
 	m.Record(Report{}, ErrReloadFailed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeMetrics(ctx, addr, m.Gatherer()) }()
+	go func() { done <- ServeMetrics(ctx, addr, m.Gatherer(), "v1.2.3") }()
 	t.Cleanup(func() { cancel(); <-done })
 	var body string
 	deadline := time.Now().Add(10 * time.Second)
@@ -57,6 +58,7 @@ func TestServeMetrics(t *testing.T) {
 	for _, want := range []string{
 		"llm_upstreams_passes_total 2", "llm_upstreams_reload_failures_total 1", "llm_upstreams_pass_errors_total 1",
 		`llm_upstreams_endpoints{tier="fast"} 2`, "llm_upstreams_last_good_apply_timestamp_seconds 1795262400",
+		`llm_upstreams_build_info{version="v1.2.3",goversion="` + runtime.Version() + `"} 1`,
 	} {
 		key, v, err := promtest.Line(want)
 		if err != nil {
@@ -64,6 +66,12 @@ func TestServeMetrics(t *testing.T) {
 		}
 		if g, ok := got[key]; !ok || g != v {
 			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
+	}
+	// The process's own figures (issue 29): goroutines, memory, descriptors.
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_open_fds", "process_max_fds", "process_resident_memory_bytes"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("metrics lack %s", name)
 		}
 	}
 }
@@ -202,6 +210,61 @@ func TestMetricFamiliesGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGolden(t, filepath.Join("testdata", "metrics-families.golden"), strings.Join(got, "\n")+"\n", *updateMetrics)
+	// An OpenMetrics scraper reads a counter x_total as family x: the gauge
+	// llm_upstreams_rejected_files beside llm_upstreams_rejected_files_total
+	// were one family to it (issue 29).
+	if c := promtest.Clashes(got); len(c) != 0 {
+		t.Errorf("families that OpenMetrics takes for one: %v", c)
+	}
+}
+
+// What every metrics listener serves beside its own figures (build
+// information, the Go and process collectors) is pinned too: dashboards
+// and alerts read them (-update-metrics rewrites the golden file).
+func TestProcessFamiliesGolden(t *testing.T) {
+	got, err := promtest.Families(ProcessGatherer("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []string
+	for i, line := range got {
+		if !strings.HasPrefix(line, "llm_") {
+			// client_golang's own help texts (some are the Go runtime's
+			// descriptions, which change with Go) are not pinned.
+			got[i] = strings.Join(strings.Fields(line)[:3], " ")
+			continue
+		}
+		ours = append(ours, line)
+	}
+	checkGolden(t, filepath.Join("testdata", "process-families.golden"), strings.Join(got, "\n")+"\n", *updateMetrics)
+	// client_golang's go_memstats_alloc_bytes (gauge) and
+	// go_memstats_alloc_bytes_total (counter) clash, as they do for every
+	// Go program; ours must not.
+	mine, err := promtest.Families((&Metrics{}).Gatherer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := promtest.Clashes(append(mine, ours...)); len(c) != 0 {
+		t.Errorf("families that OpenMetrics takes for one: %v", c)
+	}
+}
+
+func TestClashes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  []string
+	}{
+		{"gauge beside its counter", []string{"x gauge {} a", "x_total counter {} b"}, []string{"x and x_total (both x)"}},
+		{"gauge named as a histogram's count", []string{"h histogram {} a", "h_count gauge {} b"}, []string{"h and h_count (both h_count)"}},
+		{"distinct", []string{"x_total counter {} a", "x_seconds histogram {} b", "y gauge {} c"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, promtest.Clashes(tc.lines)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
 }
 
 // checkGolden compares got with the file at path, or rewrites it.
@@ -241,7 +304,7 @@ func TestServeMetricsCutsSlowAndIdleClients(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeMetrics(ctx, addr, (&Metrics{}).Gatherer()) }()
+	go func() { done <- ServeMetrics(ctx, addr, (&Metrics{}).Gatherer(), "test") }()
 	defer func() { cancel(); <-done }()
 
 	dial := func() net.Conn {
