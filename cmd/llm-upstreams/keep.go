@@ -31,6 +31,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/cmd/internal/journal"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/members"
 	"slurm-llm/endpoints/upstreams"
@@ -74,7 +75,7 @@ func (f *keepFlags) setup(name string, stderr io.Writer) (keeper.Config, hclog.L
 		fmt.Fprintf(stderr, "%s: --log-level %q: want trace, debug, info, warn or error\n", name, f.logLevel)
 		return keeper.Config{}, nil, keepExitUsage
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: stderr, JSONFormat: f.logFormat == "json"})
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: journal.Wrap(stderr), JSONFormat: f.logFormat == "json"})
 	cfg, err := keeper.Load(f.config)
 	if err != nil {
 		log.Error("config", "error", err)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/cmd/internal/journal"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
@@ -134,7 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	})
 	log := hclog.New(&hclog.LoggerOptions{Name: "llm-upstreams", Level: hclog.LevelFromString(o.logLevel),
-		Output: stderr, JSONFormat: o.logFmt == "json"})
+		Output: journal.Wrap(stderr), JSONFormat: o.logFmt == "json"})
 	cfg, err := upstreams.Load(o.config)
 	if err != nil {
 		log.Error("config", "error", err)
