@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +60,8 @@ type tierMetrics struct {
 	recoveries   histogram // outages caused by a preemption, seconds
 	replans      histogram // outages caused by an elastic tier's re-plan, seconds
 	serving      string    // what a routed elastic tier serves with ("2 of 3 nodes, context 65536")
+	reason       string    // the view's reason
+	outageStart  time.Time // when the outage under way began (zero while routed)
 	expectedBack *time.Time
 	startToReady time.Duration
 }
@@ -119,7 +122,7 @@ func (m *Metrics) RecordViews(views []TierView, ended []outageEnd, preempted []s
 		if slices.Contains(preempted, v.Tier) {
 			t.preemptions++
 		}
-		t.state, t.expectedBack, t.startToReady, t.serving = v.State, v.ExpectedBack, v.StartToReady, v.Serving
+		t.state, t.expectedBack, t.startToReady, t.serving, t.reason = v.State, v.ExpectedBack, v.StartToReady, v.Serving, v.Reason
 	}
 	for _, e := range ended {
 		t := m.tiers[e.Tier]
@@ -134,6 +137,40 @@ func (m *Metrics) RecordViews(views []TierView, ended []outageEnd, preempted []s
 			t.replans.observe(e.Duration.Seconds())
 		}
 	}
+}
+
+// RecordOutageStarts sets when each tier's outage under way began, as the
+// watcher's tier memory has it (kept in state_dir: a restart of watch
+// does not restart the clock); a tier not in starts is routed. Call it
+// with each applied pass's memory, after RecordViews (tiers it has not
+// seen are left out).
+func (m *Metrics) RecordOutageStarts(starts map[string]time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for tier, t := range m.tiers {
+		t.outageStart = starts[tier]
+	}
+}
+
+// reasonCodes are the reason label of llm_upstreams_tier_state_info: a
+// short word per reason a view gives (the sentences are for people, and
+// a refused file's reason goes on with the file's name).
+var reasonCodes = []struct{ reason, code string }{
+	{ReasonRouted, "routed"}, {ReasonPreempted, "preempted"}, {ReasonQueued, "queued"}, {ReasonStarting, "starting"},
+	{ReasonDisabled, "disabled"}, {ReasonHeld, "held"}, {ReasonNotQueued, "not_queued"}, {ReasonRequeued, "requeued"},
+	{ReasonStopping, "stopping"}, {ReasonReplanning, "replanning"}, {ReasonRefused, "refused"}, {ReasonUnknown, "unknown"},
+	{ReasonNoAnswer, "no_answer"}, {ReasonNoEndpoint, "no_endpoint"},
+}
+
+// reasonCode is the metric label of a view's reason; "other" for one no
+// constant begins.
+func reasonCode(reason string) string {
+	for _, rc := range reasonCodes {
+		if strings.HasPrefix(reason, rc.reason) {
+			return rc.code
+		}
+	}
+	return "other"
 }
 
 // RecordRecordError counts a failed write to the availability record.
@@ -196,6 +233,16 @@ func (m *Metrics) collectTiers(e emitter) {
 			routed = 1
 		}
 		e.emit("llm_upstreams_tier_routed", "1 when the tier is routed to its own endpoints, else 0.", prometheus.GaugeValue, routed, tl)
+		if t.state != "" {
+			e.emit("llm_upstreams_tier_state_info", "1 for each tier's state (routed, backup, down) and the reason its view gives, as a word (routed, preempted, queued, starting, disabled, held, not_queued, requeued, stopping, replanning, refused, unknown, no_answer, no_endpoint, other).",
+				prometheus.GaugeValue, 1, tl, label("state", t.state), label("reason", reasonCode(t.reason)))
+		}
+		start := 0.0
+		if !t.outageStart.IsZero() {
+			start = float64(t.outageStart.Unix())
+		}
+		e.emit("llm_upstreams_tier_outage_start_timestamp_seconds", "When the tier's outage under way began: not routed to its own endpoints since (0: routed). Kept across restarts of watch with state_dir.",
+			prometheus.GaugeValue, start, tl)
 		for _, st := range states {
 			e.emit("llm_upstreams_tier_state_seconds_total", "Seconds each tier spent routed, served by its backup, or down (watch's uptime only).",
 				prometheus.CounterValue, t.seconds[st], tl, label("state", st))

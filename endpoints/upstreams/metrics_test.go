@@ -190,6 +190,66 @@ func TestTierMetricsElastic(t *testing.T) {
 	}
 }
 
+// Each tier's state and reason (a word), and when its outage under way
+// began, for the dashboard's state timeline and the alert on a tier down
+// longer than expected (issue 29).
+func TestTierStateInfoAndOutageStart(t *testing.T) {
+	m := &Metrics{}
+	scrape := func() map[string]float64 {
+		t.Helper()
+		var b strings.Builder
+		if err := m.WritePrometheus(&b); err != nil {
+			t.Fatal(err)
+		}
+		got, err := promtest.Samples(b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range got {
+			if !strings.HasPrefix(k, "llm_upstreams_tier_state_info") && !strings.HasPrefix(k, "llm_upstreams_tier_outage_start") {
+				delete(got, k)
+			}
+		}
+		return got
+	}
+	m.RecordViews([]TierView{{Tier: "fast", State: StateRouted, Reason: ReasonRouted}}, nil, nil, t0)
+	m.RecordOutageStarts(nil)
+	want := map[string]float64{
+		`llm_upstreams_tier_state_info{reason="routed",state="routed",tier="fast"}`: 1,
+		`llm_upstreams_tier_outage_start_timestamp_seconds{tier="fast"}`:            0,
+	}
+	if d := cmp.Diff(want, scrape()); d != "" {
+		t.Errorf("routed (-want +got):\n%s", d)
+	}
+	down := t0.Add(100 * time.Second)
+	m.RecordViews([]TierView{{Tier: "fast", State: StateBackup, Reason: ReasonRefused + ": fast-1.json: bad lease"}}, nil, nil, down)
+	m.RecordOutageStarts(map[string]time.Time{"fast": down, "gone": t0})
+	want = map[string]float64{
+		`llm_upstreams_tier_state_info{reason="refused",state="backup",tier="fast"}`: 1,
+		`llm_upstreams_tier_outage_start_timestamp_seconds{tier="fast"}`:             float64(down.Unix()),
+	}
+	if d := cmp.Diff(want, scrape()); d != "" {
+		t.Errorf("on its backup (-want +got):\n%s", d)
+	}
+}
+
+// Every reason a view gives has a word of its own.
+func TestReasonCodes(t *testing.T) {
+	seen := map[string]string{}
+	for _, rc := range reasonCodes {
+		if got := reasonCode(rc.reason + " (and more)"); got != rc.code {
+			t.Errorf("reasonCode(%q…) = %q, want %q", rc.reason, got, rc.code)
+		}
+		if other, dup := seen[rc.code]; dup {
+			t.Errorf("%q and %q share the word %q", other, rc.reason, rc.code)
+		}
+		seen[rc.code] = rc.reason
+	}
+	if got := reasonCode("a reason of tomorrow"); got != "other" {
+		t.Errorf("an unknown reason's word is %q, want other", got)
+	}
+}
+
 var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics-families.golden")
 
 // The families watch serves, with their types, labels and help texts,
