@@ -398,3 +398,34 @@ func section(doc, heading string) string {
 	}
 	return rest
 }
+
+// The queries the demo ends with are the dashboard panels' own (each
+// panel's variables set to all, $__rate_interval to the last 10 minutes).
+func TestDemoShowsPanelsQueries(t *testing.T) {
+	b, err := os.ReadFile("demo.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, d := readDashboard(t)
+	vars := strings.NewReplacer("$tier", ".*", "$model", ".*", "$__rate_interval", "10m")
+	shown := regexp.MustCompile(`(?m)^\s*show_panel "([^"]+)" '([^']+)'$`).FindAllStringSubmatch(string(b), -1)
+	if len(shown) < 10 {
+		t.Fatalf("demo.sh shows %d panels; want the main ones", len(shown))
+	}
+	for _, m := range shown {
+		title, expr := m[1], m[2]
+		var found, same bool
+		for _, p := range d.Panels {
+			if p.Title != title {
+				continue
+			}
+			found = true
+			for _, tg := range p.Targets {
+				same = same || vars.Replace(tg.Expr) == expr
+			}
+		}
+		if !found || !same {
+			t.Errorf("demo.sh shows %q as %q: no such panel (%v) or none of its queries", title, expr, found)
+		}
+	}
+}
