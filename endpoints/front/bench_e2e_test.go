@@ -239,9 +239,12 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 	}
 	nginx := fmt.Sprintf("http://127.0.0.1:%d", n.Fast)
 	waitOK(b, nginx+"/v1/models")
-	front, _ := w.front(b, cfg, fport)
+	front, proc := w.front(b, cfg, fport)
 	direct := fmt.Sprintf("http://127.0.0.1:%d", head)
-	targets := []struct{ name, url string }{{"direct", direct}, {"front", front}, {"nginx", nginx}}
+	targets := []struct {
+		name, url string
+		pgid      int // the proxy's process group, for its CPU time
+	}{{"direct", direct, 0}, {"front", front, proc.Process.Pid}, {"nginx", nginx, n.PID}}
 	for i := 0; i < b.N; i++ {
 		for _, kind := range []struct{ name, body string }{
 			{"chat", `{"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`},
@@ -249,19 +252,28 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 		} {
 			for _, clients := range []int{1, 16} {
 				res := map[string][]time.Duration{}
+				cpu := map[string]time.Duration{}
 				for _, t := range targets {
 					latencies(b, t.url, kind.body, clients, 300*time.Millisecond) // warm the connections
 				}
 				for range 4 {
 					for _, t := range targets {
+						before := groupCPU(b, t.pgid)
 						res[t.name] = append(res[t.name], latencies(b, t.url, kind.body, clients, 1500*time.Millisecond)...)
+						cpu[t.name] += groupCPU(b, t.pgid) - before
 					}
 				}
 				label := fmt.Sprintf("%s,%d-clients", kind.name, clients)
 				for _, t := range targets {
 					slices.Sort(res[t.name])
-					b.Logf("%-18s %-6s %6d requests: p50 %.3f ms, p99 %.3f ms", label, t.name, len(res[t.name]),
-						ms(pct(res[t.name], .5)), ms(pct(res[t.name], .99)))
+					perReq := ""
+					if t.pgid != 0 {
+						us := float64(cpu[t.name].Microseconds()) / float64(len(res[t.name]))
+						perReq = fmt.Sprintf(", its CPU %.1f µs per request", us)
+						b.ReportMetric(us, "cpu-us/req("+t.name+","+label+")")
+					}
+					b.Logf("%-18s %-6s %6d requests: p50 %.3f ms, p99 %.3f ms%s", label, t.name, len(res[t.name]),
+						ms(pct(res[t.name], .5)), ms(pct(res[t.name], .99)), perReq)
 				}
 				for _, via := range []string{"front", "nginx"} {
 					add50 := pct(res[via], .5) - pct(res["direct"], .5)
@@ -273,6 +285,38 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 			}
 		}
 	}
+}
+
+// groupCPU is the CPU time (user and system) of every process in process
+// group pgid so far; 0 for pgid 0.
+func groupCPU(b *testing.B, pgid int) time.Duration {
+	if pgid == 0 {
+		return 0
+	}
+	des, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ticks int64
+	for _, de := range des {
+		raw, err := os.ReadFile("/proc/" + de.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp … utime(14) stime(15): comm may hold spaces.
+		i := strings.LastIndexByte(string(raw), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(raw[i+1:]))
+		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
 }
 
 // BenchmarkE2EFront1000Streams: 1,000 concurrent SSE streams (chat, 60
