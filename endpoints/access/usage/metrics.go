@@ -24,10 +24,10 @@ func NewMetrics(userLabel bool) *Metrics {
 	}
 	return &Metrics{
 		userLabel: userLabel,
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_tokens_total",
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_usage_tokens_total",
 			Help: "Tokens the heads reported for requests through the front door, by Slurm account, tier (and user where configured) and kind (prompt, completion)."},
 			append(append([]string{}, labels...), "kind")),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_user_requests_total",
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_usage_requests_total",
 			Help: "Requests through the front door by Slurm account, tier (and user where configured) and outcome."},
 			append(append([]string{}, labels...), "outcome")),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "llm_front_usage_dropped_total",

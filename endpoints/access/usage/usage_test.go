@@ -253,9 +253,9 @@ func TestMetrics(t *testing.T) {
 		}
 		key := func(account, tier, user, kind string) string {
 			if userLabel {
-				return fmt.Sprintf(`llm_front_tokens_total{account="%s",kind="%s",tier="%s",user="%s"}`, account, kind, tier, user)
+				return fmt.Sprintf(`llm_front_usage_tokens_total{account="%s",kind="%s",tier="%s",user="%s"}`, account, kind, tier, user)
 			}
-			return fmt.Sprintf(`llm_front_tokens_total{account="%s",kind="%s",tier="%s"}`, account, kind, tier)
+			return fmt.Sprintf(`llm_front_usage_tokens_total{account="%s",kind="%s",tier="%s"}`, account, kind, tier)
 		}
 		if got := testutilValue(t, m, key("chem", "big", "alice", "completion")); got != 410 {
 			t.Errorf("user label %v: chem/big completion = %v, want 410", userLabel, got)
