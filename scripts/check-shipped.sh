@@ -2,6 +2,8 @@
 # Checks what the project ships, with the built programs (make build first):
 #   - llm-supervisor check-config on every tier config under etc/ (site configs planned
 #     for the site's nodes vasp-[01-03], local ones for the test cluster's node[1-3]);
+#   - promtool check rules and test rules on the alert rules (etc/prometheus/), promtool
+#     check config on the example Prometheus config;
 #   - nginx -t on the shipped site etc/nginx/slurm-llm.conf, with the upstream files and
 #     the 503 bodies llm-upstreams writes for it, and the front door's site
 #     etc/nginx/slurm-llm-front.conf beside it, in a private nginx prefix (no running
@@ -23,6 +25,32 @@ for f in $(git ls-files 'etc/*.toml' 'etc/**/*.toml'); do
 		fail=1
 	fi
 done
+
+# The alert rules: promtool check rules, their unit tests (each alert fires and stays
+# quiet where it should), and the example Prometheus config with the rules beside it.
+if command -v promtool >/dev/null; then
+	rules=etc/prometheus/slurm-llm.rules.yml
+	if promtool check rules "$rules" >/dev/null && promtool test rules etc/prometheus/slurm-llm.rules.test.yml; then
+		echo "ok   promtool check rules and test rules $rules"
+	else
+		promtool check rules "$rules" || true
+		echo "FAIL promtool check rules or test rules $rules"
+		fail=1
+	fi
+	promcfg=$(mktemp)
+	sed "s#/usr/local/share/slurm-llm/etc/prometheus/#$PWD/etc/prometheus/#" etc/prometheus/prometheus.yml >"$promcfg"
+	if promtool check config "$promcfg" >/dev/null; then
+		echo "ok   promtool check config etc/prometheus/prometheus.yml"
+	else
+		promtool check config "$promcfg" || true
+		echo "FAIL promtool check config etc/prometheus/prometheus.yml"
+		fail=1
+	fi
+	rm -f "$promcfg"
+else
+	echo "FAIL promtool is not installed (apt-get install prometheus): the alert rules are not checked"
+	fail=1
+fi
 
 if ! command -v nginx >/dev/null; then
 	echo "skip nginx -t: nginx is not installed"

@@ -128,6 +128,7 @@ cleanup() {
 	done
 	[ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null && wait "$watch_pid" 2>/dev/null
 	[ -n "$front_pid" ] && kill "$front_pid" 2>/dev/null && wait "$front_pid" 2>/dev/null
+	[ -n "${prom_pid:-}" ] && kill "$prom_pid" 2>/dev/null && wait "$prom_pid" 2>/dev/null
 	[ -f "$DEMO_DIR/nginx.pid" ] && nginx -c "$DEMO_DIR/nginx.conf" -s quit 2>/dev/null
 	if [ $cluster_was_up = 0 ]; then scripts/slurm-cluster.sh down >/dev/null; fi
 	info "done; logs are in $STATE/logs and $DEMO_DIR"
@@ -171,6 +172,8 @@ backup = "fast"
 [nginx]
 test = ["nginx", "-t", "-q", "-c", "$DEMO_DIR/nginx.conf"]
 reload = $1
+[metrics]
+listen = "127.0.0.1:9465"
 [front]
 listen = "127.0.0.1:8090"
 metrics_listen = "127.0.0.1:9467"
@@ -225,6 +228,17 @@ rm -rf "${DEMO_DIR:?}/keeper"
 llm-upstreams keep --interval 30s --config "$DEMO_DIR/keeper.toml" 2>>"$DEMO_DIR/keeper.log" &
 keeper_pid=$!
 info "llm-upstreams keep (pid $keeper_pid) logs to $DEMO_DIR/keeper.log"
+# Prometheus (Debian's package), with the shipped scrape jobs and alert rules, scrapes the three
+# listeners every 2 s: the demo ends with the dashboard's main queries evaluated on it.
+prom_pid=""
+if command -v prometheus >/dev/null; then
+	rm -rf "${DEMO_DIR:?}/prometheus"
+	sed -e 's/_interval: 15s/_interval: 2s/' "$SHARE/etc/prometheus/prometheus.yml" >"$DEMO_DIR/prometheus.yml"
+	prometheus --config.file="$DEMO_DIR/prometheus.yml" --storage.tsdb.path="$DEMO_DIR/prometheus" \
+		--web.listen-address=127.0.0.1:9468 2>>"$DEMO_DIR/prometheus.log" &
+	prom_pid=$!
+	info "Prometheus (pid $prom_pid) on 127.0.0.1:9468 scrapes watch (:9465), the front door (:9467) and the keeper (:9466)"
+fi
 has_job() { [ -n "$(squeue -h -n "llm-$1" -o %i)" ]; }
 for t in fast reasoning; do
 	wait_for "the keeper to submit the $t tier" 30 has_job "$t"
@@ -463,5 +477,43 @@ else
 	say "the VASP job ends: the member is requeued, released, and the tier grows back after 30 s with nothing in flight"
 	wait_for "the tier back on 3 nodes" 180 serving_on 3
 	info "serving on 3 of 3 nodes again $(since "$t_back") s after the VASP job ended"
+fi
+# ---------------------------------------------------------------- monitoring
+# show_panel TITLE EXPR: the dashboard panel TITLE's query (its variables all, $__rate_interval
+# the last 10 minutes) evaluated now (scripts/monitoring_test.go checks each is the panel's).
+show_panel() {
+	local out
+	out=$(promtool query instant http://127.0.0.1:9468 "$2" 2>&1) || die "promtool query instant for \"$1\": $out (see $DEMO_DIR/prometheus.log)"
+	info "$1:"
+	if [ -z "$out" ]; then info "  (no series)"; else sed 's/^/             /' <<<"$out"; fi
+}
+say "monitoring: the dashboard and the alert rules"
+info "dashboard: $SHARE/etc/grafana/slurm-llm.json (Grafana: Dashboards, Import; README.md, Monitoring)"
+info "alert rules: $SHARE/etc/prometheus/slurm-llm.rules.yml; scrape jobs: $SHARE/etc/prometheus/prometheus.yml"
+if [ -n "$prom_pid" ]; then
+	info "the main panels now, by promtool query instant against the demo's Prometheus (PromQL: rates, quantiles"
+	info "and joins of the watcher's and the front door's figures need a Prometheus; /metrics alone has raw counters):"
+	show_panel "Tier routed" 'max by (tier) (llm_upstreams_tier_routed{tier=~".*"})'
+	show_panel "Tier state and reason" 'max by (tier, state, reason) (llm_upstreams_tier_state_info{tier=~".*"})'
+	show_panel "Availability, last day" 'sum by (tier) (increase(llm_upstreams_tier_state_seconds_total{state="routed",tier=~".*"}[1d])) / sum by (tier) (increase(llm_upstreams_tier_state_seconds_total{tier=~".*"}[1d]))'
+	show_panel "Preemptions" 'sum by (tier) (increase(llm_upstreams_tier_preemptions_total{tier=~".*"}[1h]))'
+	show_panel "Recovery after preemption" 'histogram_quantile(0.5, sum by (tier, le) (increase(llm_upstreams_tier_recovery_seconds_bucket{tier=~".*"}[1d])))'
+	show_panel "Requests by outcome" 'sum by (outcome) (rate(llm_front_requests_total{tier=~".*"}[10m]))'
+	show_panel "503s by reason" 'sum by (tier) (rate(llm_front_requests_total{outcome="unavailable",tier=~".*"}[10m])) * on (tier) group_left (reason) max by (tier, reason) (llm_upstreams_tier_state_info)'
+	show_panel "Requests held" 'sum by (tier) (llm_front_held{tier=~".*"})'
+	show_panel "Continuations" 'sum by (tier, result) (rate(llm_front_continuations_total{tier=~".*"}[10m]))'
+	show_panel "Tokens per second" 'sum by (model, kind) (rate(llm_front_tokens_total{tier=~".*",model=~".*"}[10m]))'
+	show_panel "Time to first token" 'histogram_quantile(0.5, sum by (model, le) (rate(llm_front_time_to_first_token_seconds_bucket{tier=~".*",model=~".*"}[10m])))'
+	show_panel "Replicas" 'max by (tier, state) (llm_keeper_replicas{tier=~".*"})'
+	show_panel "Elastic members" 'max by (tier, state) (llm_keeper_members{tier=~".*"})'
+	show_panel "Keeper submits and releases" 'sum by (tier, kind) (increase(llm_keeper_submitted_total{tier=~".*"}[1h]))'
+	show_panel "Firing alerts" 'ALERTS{alertname=~"LLM.*", alertstate="firing"}'
+else
+	info "no Prometheus here (apt-get install prometheus): the families of the main panels, read from /metrics directly:"
+	for port in 9465 9467 9466; do
+		curl -s --max-time 2 "http://127.0.0.1:$port/metrics" |
+			grep -E '^(llm_upstreams_tier_state_info|llm_upstreams_tier_preemptions_total|llm_front_requests_total|llm_front_tokens_total|llm_keeper_replicas|llm_keeper_members)' |
+			sed 's/^/             /' || true
+	done
 fi
 say "demo finished in $(($(date +%s) - t0)) s"

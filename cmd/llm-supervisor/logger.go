@@ -5,9 +5,12 @@ import (
 	"io"
 
 	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/cmd/internal/journal"
 )
 
-// newLogger builds the root logger: text (default) or JSON, at a level.
+// newLogger builds the root logger: text (default) or JSON, at a level;
+// under systemd each line begins with its level's syslog priority.
 func newLogger(w io.Writer, format, level string) (hclog.Logger, error) {
 	lvl := hclog.LevelFromString(level)
 	if lvl == hclog.NoLevel {
@@ -22,7 +25,7 @@ func newLogger(w io.Writer, format, level string) (hclog.Logger, error) {
 		return nil, fmt.Errorf("log format %q: want text or json", format)
 	}
 	return hclog.New(&hclog.LoggerOptions{
-		Name: "llm-supervisor", Output: w, Level: lvl, JSONFormat: json,
+		Name: "llm-supervisor", Output: journal.Wrap(w), Level: lvl, JSONFormat: json,
 		TimeFormat: "2006-01-02T15:04:05.000Z07:00",
 	}), nil
 }

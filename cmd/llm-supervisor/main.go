@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"slurm-llm/cmd/internal/cli"
 )
 
 // version is stamped at build time: -ldflags "-X main.version=v1.2.3".
@@ -71,9 +73,7 @@ func parseFlags(fs *flag.FlagSet, args []string, usage string, help io.Writer) e
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(help, usage)
-		fs.SetOutput(help)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		cli.PrintFlags(help, fs)
 	}
 	return err
 }

@@ -58,6 +58,11 @@ func TestHelpExitsZero(t *testing.T) {
 				if !strings.HasPrefix(out.String(), "usage: llm-supervisor "+cmd) || errOut.Len() != 0 {
 					t.Errorf("stdout = %q, stderr = %q; want the usage on stdout only", out.String(), errOut.String())
 				}
+				// Regression (issue 29): flags were listed as -config
+				// while the usage says --config.
+				if strings.Contains(out.String(), "\n  -") && !strings.Contains(out.String(), "\n  --") {
+					t.Errorf("flags listed with one dash:\n%s", out.String())
+				}
 			})
 		}
 		t.Run(cmd+" --no-such-flag", func(t *testing.T) {

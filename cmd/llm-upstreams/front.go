@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/cmd/internal/journal"
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/upstreams"
 )
@@ -98,7 +99,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 			_, _ = w.Write(fd.StatusJSON())
 		})
 		go func() {
-			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), upstreams.Route{Path: "/status", Handler: status})
+			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, upstreams.Route{Path: "/status", Handler: status})
 		}()
 	}
 	err = <-errs
@@ -145,14 +146,15 @@ func frontServer(cfg upstreams.FrontConfig, h http.Handler) *http.Server {
 		MaxHeaderBytes: int(cfg.MaxHeaderBytes)}
 }
 
-// openAccessLog opens where access lines go: "-" standard error, "" none,
-// else a file opened for appending.
+// openAccessLog opens where access lines go: "-" standard error (under
+// systemd each line at the journal's info priority), "" none, else a file
+// opened for appending.
 func openAccessLog(where string) (io.Writer, func(), error) {
 	switch where {
 	case "":
 		return nil, func() {}, nil
 	case "-":
-		return os.Stderr, func() {}, nil
+		return journal.Wrap(os.Stderr), func() {}, nil
 	}
 	f, err := os.OpenFile(where, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/cmd/internal/journal"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/members"
 	"slurm-llm/endpoints/upstreams"
@@ -65,16 +66,11 @@ func (f *keepFlags) register(fs *flag.FlagSet) {
 // setup builds the logger and loads the config; a non-zero code means
 // stop with it (the problem is already printed).
 func (f *keepFlags) setup(name string, stderr io.Writer) (keeper.Config, hclog.Logger, int) {
-	if f.logFormat != "text" && f.logFormat != "json" {
-		fmt.Fprintf(stderr, "%s: --log-format %q: want text or json\n", name, f.logFormat)
+	if msg := checkLogFlags(f.logFormat, f.logLevel); msg != "" {
+		fmt.Fprintf(stderr, "%s: %s\n", name, msg)
 		return keeper.Config{}, nil, keepExitUsage
 	}
-	level := hclog.LevelFromString(f.logLevel)
-	if level == hclog.NoLevel {
-		fmt.Fprintf(stderr, "%s: --log-level %q: want trace, debug, info, warn or error\n", name, f.logLevel)
-		return keeper.Config{}, nil, keepExitUsage
-	}
-	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: level, Output: stderr, JSONFormat: f.logFormat == "json"})
+	log := hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(f.logLevel), Output: journal.Wrap(stderr), JSONFormat: f.logFormat == "json"})
 	cfg, err := keeper.Load(f.config)
 	if err != nil {
 		log.Error("config", "error", err)
@@ -178,7 +174,7 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 	log.Info("keeping tiers queued", "tiers", cfg.TierNames(), "interval", *interval)
 	if cfg.MetricsListen != "" {
 		go func() {
-			if err := upstreams.ServeMetrics(ctx, cfg.MetricsListen, k.Gatherer()); err != nil {
+			if err := upstreams.ServeMetrics(ctx, cfg.MetricsListen, k.Gatherer(), version); err != nil {
 				log.Error("metrics server stopped; the keeper goes on without it", "error", err)
 			}
 		}()

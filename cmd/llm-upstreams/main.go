@@ -30,6 +30,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/cmd/internal/cli"
+	"slurm-llm/cmd/internal/journal"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
@@ -70,6 +72,7 @@ func usage(w io.Writer) {
 		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
 		"       llm-upstreams key create|list|revoke|generate … (see llm-upstreams key --help)\n"+
 		"       llm-upstreams usage [--since 30d] [--by user|account|model|tier] [--json] [--config FILE]\n"+
+		"       llm-upstreams completion bash  (bash completion: source <(llm-upstreams completion bash))\n"+
 		"       llm-upstreams --version\n")
 }
 
@@ -90,9 +93,24 @@ func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
 func printHelp(fs *flag.FlagSet, usage func(io.Writer), stdout io.Writer) int {
 	usage(stdout)
 	fmt.Fprintln(stdout, "\nflags:")
-	fs.SetOutput(stdout)
-	fs.PrintDefaults()
+	cli.PrintFlags(stdout, fs)
 	return exitOK
+}
+
+// commands are the subcommands run parses itself (keep, tier, key,
+// usage and completion parse their own).
+var commands = []string{"sync", "watch", "front", "status", "report"}
+
+// checkLogFlags says what is wrong with --log-format or --log-level
+// ("" when nothing is).
+func checkLogFlags(format, level string) string {
+	if format != "text" && format != "json" {
+		return fmt.Sprintf("--log-format %q: want text or json", format)
+	}
+	if hclog.LevelFromString(level) == hclog.NoLevel {
+		return fmt.Sprintf("--log-level %q: want trace, debug, info, warn or error", level)
+	}
+	return ""
 }
 
 // run parses args, builds the logger and updater and runs a subcommand.
@@ -118,8 +136,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runKey(args[1:], stdout, stderr)
 	case "usage":
 		return runUsage(args[1:], stdout, stderr)
+	case "completion":
+		return runCompletion(args[1:], stdout, stderr)
 	}
 	cmd := args[0]
+	if !slices.Contains(commands, cmd) { // before any flag or config is read
+		fmt.Fprintf(stderr, "llm-upstreams: unknown command %q\n\n", cmd)
+		usage(stderr)
+		return exitUsage
+	}
 	fs := newFlagSet("llm-upstreams "+cmd, stderr)
 	var o options
 	fs.StringVar(&o.config, "config", defaultConfig, "config file")
@@ -132,7 +157,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if isHelp(err) {
 		return printHelp(fs, usage, stdout)
 	}
-	if err != nil || fs.NArg() != 0 || (o.logFmt != "text" && o.logFmt != "json") {
+	if err != nil || fs.NArg() != 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	if msg := checkLogFlags(o.logFmt, o.logLevel); msg != "" {
+		fmt.Fprintf(stderr, "llm-upstreams %s: %s\n\n", cmd, msg)
 		usage(stderr)
 		return exitUsage
 	}
@@ -142,7 +172,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	})
 	log := hclog.New(&hclog.LoggerOptions{Name: "llm-upstreams", Level: hclog.LevelFromString(o.logLevel),
-		Output: stderr, JSONFormat: o.logFmt == "json"})
+		Output: journal.Wrap(stderr), JSONFormat: o.logFmt == "json"})
 	cfg, err := upstreams.Load(o.config)
 	if err != nil {
 		log.Error("config", "error", err)
@@ -157,11 +187,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runFront(cfg, o.config, log)
 	case "status":
 		return runStatus(cfg, o, log, stdout)
-	case "report":
+	default: // report
 		return runReport(cfg, *since, o.asJSON, log, stdout)
 	}
-	usage(stderr)
-	return exitUsage
 }
 
 // newUpdater wires the real scheduler, resolver and nginx runner.
@@ -229,7 +257,7 @@ func runWatch(cfg upstreams.Config, path string, log hclog.Logger) int {
 	}
 	metricsErr := make(chan error, 1)
 	if cfg.Metrics.Listen != "" {
-		go func() { metricsErr <- upstreams.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer()) }()
+		go func() { metricsErr <- upstreams.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer(), version) }()
 	}
 	watchErr := make(chan error, 1)
 	go func() {

@@ -78,8 +78,14 @@ func TestRunExitCodes(t *testing.T) {
 		{name: "version", args: []string{"--version"}, code: exitOK, stdout: "llm-upstreams dev"},
 		{name: "no args", args: nil, code: exitUsage, stderr: "usage"},
 		{name: "tier dispatched to the keeper", args: []string{"tier"}, code: exitUsage, stderr: "usage: llm-upstreams tier"},
-		{name: "unknown command", args: []string{"frob", "--config", good}, code: exitUsage, stderr: "usage"},
-		{name: "bad log format", args: []string{"sync", "--log-format", "xml"}, code: exitUsage, stderr: "usage"},
+		{name: "unknown command", args: []string{"frob", "--config", good}, code: exitUsage, stderr: `unknown command "frob"`},
+		// Regression (issue 29): the config was read first, so a bad one
+		// hid the unknown command.
+		{name: "unknown command before the config", args: []string{"frob", "--config", bad}, code: exitUsage, stderr: `unknown command "frob"`},
+		{name: "bad log format", args: []string{"sync", "--log-format", "xml"}, code: exitUsage, stderr: `--log-format "xml": want text or json`},
+		// Regression (issue 29): any --log-level was taken (as info).
+		{name: "bad log level", args: []string{"sync", "--log-level", "loud", "--config", good}, code: exitUsage, stderr: `--log-level "loud": want trace`},
+		{name: "bad log level, keep", args: []string{"keep", "--log-level", "loud", "--config", keeperConf}, code: exitUsage, stderr: `--log-level "loud": want trace`},
 		{name: "json logs", args: []string{"status", "--log-format", "json", "--config", bad}, code: exitUsage, stderr: `"@level":"error"`},
 		{name: "unknown flag", args: []string{"sync", "--nope"}, code: exitUsage, stderr: "usage"},
 		{name: "unknown config key", args: []string{"status", "--config", bad}, code: exitUsage, stderr: "bad.toml:2: sweep: unknown key"},
@@ -181,13 +187,13 @@ func TestHelpExitsZeroOnStdout(t *testing.T) {
 		{name: "program", args: []string{"--help"}, want: "usage: llm-upstreams sync|watch|front|status"},
 		{name: "program, -h", args: []string{"-h"}, want: "usage: llm-upstreams sync|watch|front|status"},
 		{name: "program, help", args: []string{"help"}, want: "usage: llm-upstreams sync|watch|front|status"},
-		{name: "sync", args: []string{"sync", "--help"}, want: "-config"},
-		{name: "watch", args: []string{"watch", "-h"}, want: "-config"},
-		{name: "status", args: []string{"status", "--help"}, want: "-json"},
-		{name: "report", args: []string{"report", "--help"}, want: "-since"},
-		{name: "keep", args: []string{"keep", "--help"}, want: "-interval"},
-		{name: "keep status", args: []string{"keep", "status", "--help"}, want: "-json"},
-		{name: "tier", args: []string{"tier", "--help"}, want: "-cancel"},
+		{name: "sync", args: []string{"sync", "--help"}, want: "\n  --config string"},
+		{name: "watch", args: []string{"watch", "-h"}, want: "\n  --config string"},
+		{name: "status", args: []string{"status", "--help"}, want: "\n  --json"},
+		{name: "report", args: []string{"report", "--help"}, want: "\n  --since"},
+		{name: "keep", args: []string{"keep", "--help"}, want: "\n  --interval"},
+		{name: "keep status", args: []string{"keep", "status", "--help"}, want: "\n  --json"},
+		{name: "tier", args: []string{"tier", "--help"}, want: "\n  --cancel"},
 		{name: "tier disable", args: []string{"tier", "disable", "fast", "-h"}, want: "usage: llm-upstreams tier disable NAME"},
 	}
 	for _, tt := range tests {
@@ -196,6 +202,11 @@ func TestHelpExitsZeroOnStdout(t *testing.T) {
 			code := run(tt.args, &out, &errb)
 			if code != exitOK || !strings.Contains(out.String(), tt.want) || errb.Len() != 0 {
 				t.Errorf("run(%v) = %d\nstdout: %s\nstderr: %s\nwant 0, stdout with %q, nothing on stderr", tt.args, code, out.String(), errb.String(), tt.want)
+			}
+			// Regression (issue 29): the usage says --config, the flags
+			// were listed as -config.
+			if strings.Contains(out.String(), "\n  -") && !strings.Contains(out.String(), "\n  --") {
+				t.Errorf("flags listed with one dash:\n%s", out.String())
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Outcomes of a request, the outcome label of llm_front_requests_total.
@@ -41,9 +42,37 @@ type Metrics struct {
 	// continued and pause: issue 20's continuations of cut streams.
 	continued *prometheus.CounterVec
 	pause     *prometheus.HistogramVec
+	// ttft, itl, tokens and answers are the answers' own figures (issue
+	// 29), by tier and model: the time to the first token and between
+	// tokens as the client sees them, the tokens each answer's usage
+	// reports, and how each answer ended.
+	ttft    *prometheus.HistogramVec
+	itl     *prometheus.HistogramVec
+	tokens  *prometheus.CounterVec
+	answers *prometheus.CounterVec
 	// heads lists the routed heads at a scrape (set by the Server).
 	heads atomic.Pointer[func() []*head]
 }
+
+// Token kinds, the kind label of llm_front_tokens_total.
+const (
+	tokensPrompt     = "prompt"
+	tokensCompletion = "completion"
+)
+
+// seededFinishReasons are the finish_reason series made (at zero) for
+// every routed model before its first answer: the reasons OpenAI's API
+// defines that llama-server gives, and the front door's own error and cut.
+var seededFinishReasons = []string{"stop", "length", "tool_calls", "error", "cut"}
+
+// ttftBuckets (seconds) fit both tiers: a 14B's first token in tens of
+// milliseconds to a second, a 72B over RPC that takes seconds, and a long
+// prompt's prefill that takes minutes.
+var ttftBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120}
+
+// itlBuckets (seconds): tens of tokens per second (20-50 ms) for a 14B, a
+// few per second (0.2-0.5 s) for a 72B over RPC, and stalls.
+var itlBuckets = []float64{0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5}
 
 // NewMetrics registers the front door's metrics on a registry of its own
 // (Gatherer serves it).
@@ -74,8 +103,49 @@ func NewMetrics() *Metrics {
 	m.pause = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_continuation_pause_seconds",
 		Help:    "Time from a stream's cut (or its head's drain) to its continuation sent to another head.",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120}}, []string{"tier"})
-	m.reg.MustRegister(m.requests, m.held, m.heldNow, m.retries, m.upErrors, m.overhead, headCollector{m}, m.continued, m.pause)
+	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_time_to_first_token_seconds",
+		Help:    "Time from a request's sending to a head to its answer's first token reaching the client (holds not counted), by tier and model.",
+		Buckets: ttftBuckets}, []string{"tier", "model"})
+	m.itl = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_inter_token_seconds",
+		Help:    "Time between two tokens of a streamed answer reaching the client, by tier and model.",
+		Buckets: itlBuckets}, []string{"tier", "model"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_tokens_total",
+		Help: "Tokens of the answers through the front door, from each answer's usage, by tier, model and kind (prompt, completion)."},
+		[]string{"tier", "model", "kind"})
+	m.answers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_answers_total",
+		Help: "Answers by tier, model and finish reason: the head's (stop, length, tool_calls, ...), error (the head answered an error) or cut (it ended before a finish reason)."},
+		[]string{"tier", "model", "finish_reason"})
+	m.reg.MustRegister(m.requests, m.held, m.heldNow, m.retries, m.upErrors, m.overhead, headCollector{m}, m.continued, m.pause,
+		m.ttft, m.itl, m.tokens, m.answers)
 	return m
+}
+
+// seedRouted makes the answers' series of every routed head's declared
+// models exist, at zero, before their first answer: a routed model with
+// no traffic then reads 0 tokens/s rather than nothing, and an alert on
+// a finish reason sees its first answer as an increase. It runs at each
+// scrape, never on the request path; the labels come from the endpoint
+// files' validated fields, as every other label here.
+func (m *Metrics) seedRouted() {
+	f := m.heads.Load()
+	if f == nil {
+		return
+	}
+	for _, h := range (*f)() {
+		d := h.declared.Load()
+		if d == nil {
+			continue
+		}
+		for _, model := range *d {
+			m.ttft.WithLabelValues(h.tier, model)
+			m.itl.WithLabelValues(h.tier, model)
+			m.tokens.WithLabelValues(h.tier, model, tokensPrompt)
+			m.tokens.WithLabelValues(h.tier, model, tokensCompletion)
+			for _, r := range seededFinishReasons {
+				m.answers.WithLabelValues(h.tier, model, r)
+			}
+		}
+	}
 }
 
 // headCollector reports each routed head's requests in flight at the
@@ -94,5 +164,11 @@ func (c headCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Gatherer is what /metrics serves.
-func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+// Gatherer is what /metrics serves: the routed models' answer series
+// made first (seedRouted), then everything gathered.
+func (m *Metrics) Gatherer() prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		m.seedRouted()
+		return m.reg.Gather()
+	})
+}

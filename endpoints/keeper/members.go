@@ -55,18 +55,26 @@ func (k *Keeper) Members() []MembersView {
 			continue
 		}
 		v.Term, v.Members, v.Ignored = c.Term.N, c.Members, c.Ignored
-		for _, m := range c.Members {
-			if m.Leads && m.Term == c.Term.N && m.Live(k.now()) {
-				v.Leader = m.JobID
-				path := filepath.Join(k.cfg.EndpointDir, endpoints.FileName(name, m.JobID))
-				if e, err := endpoints.ReadFile(path, endpoints.ReadOptions{AllowedUIDs: []uint32{k.owner}}); err == nil {
-					v.Serving = e.Serving
-				}
+		if m, ok := leader(c, k.now()); ok {
+			v.Leader = m.JobID
+			path := filepath.Join(k.cfg.EndpointDir, endpoints.FileName(name, m.JobID))
+			if e, err := endpoints.ReadFile(path, endpoints.ReadOptions{AllowedUIDs: []uint32{k.owner}}); err == nil {
+				v.Serving = e.Serving
 			}
 		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// leader is the member that leads the current term with a live lease.
+func leader(c members.Contents, now time.Time) (members.Member, bool) {
+	for _, m := range c.Members {
+		if m.Leads && m.Term == c.Term.N && m.Live(now) {
+			return m, true
+		}
+	}
+	return members.Member{}, false
 }
 
 // WriteMembers prints the views as tables, one per elastic tier.

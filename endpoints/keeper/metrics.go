@@ -206,7 +206,7 @@ func (k *Keeper) Gatherer() prometheus.Gatherer {
 
 func (c keeperCollector) Collect(ch chan<- prometheus.Metric) {
 	k := c.k
-	live := k.liveCounts()
+	live, leading := k.liveCounts()
 	names := k.cfg.TierNames()
 	states := make(map[string]TierState, len(names))
 	for _, name := range names {
@@ -225,7 +225,7 @@ func (c keeperCollector) Collect(ch chan<- prometheus.Metric) {
 	const replicasHelp = "A tier's replicas (a tier without [replicas] is one): wanted (0 when disabled), " +
 		"pending and running in Slurm (kept and extra), and routed (a ready endpoint file with a live lease). Elastic tiers are in llm_keeper_members."
 	const membersHelp = "An elastic tier's members: wanted (0 when disabled), pending and running in Slurm, " +
-		"and live (a member file that says ready, with a live lease)."
+		"live (a member file that says ready, with a live lease) and leading (1 when a member with a live lease leads the current term, else 0)."
 	for _, name := range names {
 		tc, st := k.cfg.Tiers[name], states[name]
 		kept, extra := m.kept[name], m.extras[name]
@@ -242,6 +242,7 @@ func (c keeperCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if n, ok := live[name]; ok {
 				emit("llm_keeper_members", membersHelp, prometheus.GaugeValue, float64(n), "tier", name, "state", "live")
+				emit("llm_keeper_members", membersHelp, prometheus.GaugeValue, float64(leading[name]), "tier", name, "state", "leading")
 			}
 			continue
 		}
@@ -303,10 +304,11 @@ func (t TierConfig) elastic() bool { return t.Replicas.Max == 0 && t.Members > 1
 // tier, the ready endpoint files with a live lease of the tier's jobs
 // (replicas routed), or for an elastic tier its ready member files with a
 // live lease. A tier missing from the map was not read.
-func (k *Keeper) liveCounts() map[string]int {
+func (k *Keeper) liveCounts() (live, leading map[string]int) {
 	out := map[string]int{}
+	leading = map[string]int{}
 	if k.cfg.EndpointDir == "" {
-		return out
+		return out, leading
 	}
 	now := k.now()
 	scan, err := endpoints.ReadDir(k.cfg.EndpointDir, endpoints.ReadOptions{AllowedUIDs: []uint32{k.owner}})
@@ -324,6 +326,11 @@ func (k *Keeper) liveCounts() map[string]int {
 				}
 			}
 			out[name] = n
+			if _, ok := leader(c, now); ok {
+				leading[name] = 1
+			} else {
+				leading[name] = 0
+			}
 			continue
 		}
 		if err != nil {
@@ -338,5 +345,5 @@ func (k *Keeper) liveCounts() map[string]int {
 		}
 		out[name] = n
 	}
-	return out
+	return out, leading
 }

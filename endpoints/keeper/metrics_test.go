@@ -84,6 +84,7 @@ func TestMetrics(t *testing.T) {
 		`llm_keeper_members{tier="reasoning",state="pending"} 1`,
 		`llm_keeper_members{tier="reasoning",state="running"} 2`,
 		`llm_keeper_members{tier="reasoning",state="live"} 1`,
+		`llm_keeper_members{tier="reasoning",state="leading"} 0`, // members, none leads (issue 29's alert)
 		`llm_keeper_scheduler_errors_total 1`,
 		fmt.Sprintf("llm_keeper_last_listing_timestamp_seconds %g", float64(scaleNow.Unix())),
 	} {
@@ -102,6 +103,21 @@ func TestMetrics(t *testing.T) {
 				t.Errorf("metrics have %s", never)
 			}
 		}
+	}
+
+	// Member 20 takes term 1 and leads it: the tier has a leader.
+	if err := store.TakeTerm(members.Term{Schema: members.SchemaVersion, N: 1, JobID: "20", RunID: "0123456789abcdef",
+		Node: "node1", Created: scaleNow}); err != nil {
+		t.Fatal(err)
+	}
+	lead := members.Member{Schema: members.SchemaVersion, Tier: "reasoning", JobID: "20", RunID: "0123456789abcdef",
+		Node: "node1", Addr: "10.0.0.1", RPCPort: 50052, State: members.StateReady, Term: 1, Leads: true,
+		Heartbeat: scaleNow, LeaseExpires: scaleNow.Add(10 * time.Second)}
+	if err := store.WriteMember(lead); err != nil {
+		t.Fatal(err)
+	}
+	if got := scrape(t, k); got[`llm_keeper_members{state="leading",tier="reasoning"}`] != 1 {
+		t.Errorf("with a leader, leading = %v, want 1", got[`llm_keeper_members{state="leading",tier="reasoning"}`])
 	}
 
 	// An admin's disable: nothing wanted.

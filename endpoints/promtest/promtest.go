@@ -96,3 +96,43 @@ func Families(g interface {
 	slices.Sort(out)
 	return out, nil
 }
+
+// Clashes names the pairs of families among lines (as Families writes
+// them) that an OpenMetrics scraper takes for one: a counter's family
+// name is its name without _total, and each family also claims its
+// samples' names (a histogram's _bucket, _sum, _count; _created), so a
+// gauge x beside a counter x_total, or a gauge x_count beside a
+// histogram x, clash. Sorted; empty when none do.
+func Clashes(lines []string) []string {
+	owner := map[string]string{}
+	var out []string
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name, typ := f[0], f[1]
+		base := name
+		var claims []string
+		switch typ {
+		case "counter":
+			base = strings.TrimSuffix(name, "_total")
+			claims = []string{base, base + "_total", base + "_created"}
+		case "histogram":
+			claims = []string{base, base + "_bucket", base + "_sum", base + "_count", base + "_created"}
+		case "summary":
+			claims = []string{base, base + "_sum", base + "_count", base + "_created"}
+		default:
+			claims = []string{base}
+		}
+		for _, c := range claims {
+			if o, ok := owner[c]; ok && o != name {
+				out = append(out, fmt.Sprintf("%s and %s (both %s)", o, name, c))
+				continue
+			}
+			owner[c] = name
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

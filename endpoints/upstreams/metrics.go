@@ -9,11 +9,14 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
 
@@ -57,6 +60,8 @@ type tierMetrics struct {
 	recoveries   histogram // outages caused by a preemption, seconds
 	replans      histogram // outages caused by an elastic tier's re-plan, seconds
 	serving      string    // what a routed elastic tier serves with ("2 of 3 nodes, context 65536")
+	reason       string    // the view's reason
+	outageStart  time.Time // when the outage under way began (zero while routed)
 	expectedBack *time.Time
 	startToReady time.Duration
 }
@@ -117,7 +122,7 @@ func (m *Metrics) RecordViews(views []TierView, ended []outageEnd, preempted []s
 		if slices.Contains(preempted, v.Tier) {
 			t.preemptions++
 		}
-		t.state, t.expectedBack, t.startToReady, t.serving = v.State, v.ExpectedBack, v.StartToReady, v.Serving
+		t.state, t.expectedBack, t.startToReady, t.serving, t.reason = v.State, v.ExpectedBack, v.StartToReady, v.Serving, v.Reason
 	}
 	for _, e := range ended {
 		t := m.tiers[e.Tier]
@@ -132,6 +137,40 @@ func (m *Metrics) RecordViews(views []TierView, ended []outageEnd, preempted []s
 			t.replans.observe(e.Duration.Seconds())
 		}
 	}
+}
+
+// RecordOutageStarts sets when each tier's outage under way began, as the
+// watcher's tier memory has it (kept in state_dir: a restart of watch
+// does not restart the clock); a tier not in starts is routed. Call it
+// with each applied pass's memory, after RecordViews (tiers it has not
+// seen are left out).
+func (m *Metrics) RecordOutageStarts(starts map[string]time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for tier, t := range m.tiers {
+		t.outageStart = starts[tier]
+	}
+}
+
+// reasonCodes are the reason label of llm_upstreams_tier_state_info: a
+// short word per reason a view gives (the sentences are for people, and
+// a refused file's reason goes on with the file's name).
+var reasonCodes = []struct{ reason, code string }{
+	{ReasonRouted, "routed"}, {ReasonPreempted, "preempted"}, {ReasonQueued, "queued"}, {ReasonStarting, "starting"},
+	{ReasonDisabled, "disabled"}, {ReasonHeld, "held"}, {ReasonNotQueued, "not_queued"}, {ReasonRequeued, "requeued"},
+	{ReasonStopping, "stopping"}, {ReasonReplanning, "replanning"}, {ReasonRefused, "refused"}, {ReasonUnknown, "unknown"},
+	{ReasonNoAnswer, "no_answer"}, {ReasonNoEndpoint, "no_endpoint"},
+}
+
+// reasonCode is the metric label of a view's reason; "other" for one no
+// constant begins.
+func reasonCode(reason string) string {
+	for _, rc := range reasonCodes {
+		if strings.HasPrefix(reason, rc.reason) {
+			return rc.code
+		}
+	}
+	return "other"
 }
 
 // RecordRecordError counts a failed write to the availability record.
@@ -194,6 +233,16 @@ func (m *Metrics) collectTiers(e emitter) {
 			routed = 1
 		}
 		e.emit("llm_upstreams_tier_routed", "1 when the tier is routed to its own endpoints, else 0.", prometheus.GaugeValue, routed, tl)
+		if t.state != "" {
+			e.emit("llm_upstreams_tier_state_info", "1 for each tier's state (routed, backup, down) and the reason its view gives, as a word (routed, preempted, queued, starting, disabled, held, not_queued, requeued, stopping, replanning, refused, unknown, no_answer, no_endpoint, other).",
+				prometheus.GaugeValue, 1, tl, label("state", t.state), label("reason", reasonCode(t.reason)))
+		}
+		start := 0.0
+		if !t.outageStart.IsZero() {
+			start = float64(t.outageStart.Unix())
+		}
+		e.emit("llm_upstreams_tier_outage_start_timestamp_seconds", "When the tier's outage under way began: not routed to its own endpoints since (0: routed). Kept across restarts of watch with state_dir.",
+			prometheus.GaugeValue, start, tl)
 		for _, st := range states {
 			e.emit("llm_upstreams_tier_state_seconds_total", "Seconds each tier spent routed, served by its backup, or down (watch's uptime only).",
 				prometheus.CounterValue, t.seconds[st], tl, label("state", st))
@@ -288,7 +337,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter("llm_upstreams_scheduler_call_failures_total", "Scheduler calls that got no answer.", m.schedulerFailed)
 	counter("llm_upstreams_hint_wakeups_total", "Times hints woke watch for a pass (a burst counts once).", m.hints)
 	counter("llm_upstreams_rejected_files_total", "Endpoint files rejected, summed over passes.", m.rejectedTotal)
-	e.emit("llm_upstreams_rejected_files", "Endpoint files rejected by the last pass.", prometheus.GaugeValue, float64(m.rejected))
+	// Not llm_upstreams_rejected_files: beside the counter above, that
+	// name is one OpenMetrics family (a counter's name without _total).
+	e.emit("llm_upstreams_last_pass_rejected_files", "Endpoint files rejected by the last pass.", prometheus.GaugeValue, float64(m.rejected))
 	counter("llm_upstreams_skipped_files_total", "Endpoint files left unread for max_files, summed over passes.", m.skippedTotal)
 	e.emit("llm_upstreams_last_pass_seconds", "Duration of the last pass.", prometheus.GaugeValue, m.lastPassDuration.Seconds())
 	var last float64
@@ -303,8 +354,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectTiers(e)
 }
 
-// Gatherer is what /metrics and the textfile serve: these metrics alone
-// (no Go runtime or process collectors).
+// Gatherer is what the textfile holds and /metrics serves beside the
+// process's own figures (ServeMetrics adds them).
 func (m *Metrics) Gatherer() prometheus.Gatherer {
 	r := prometheus.NewRegistry()
 	r.MustRegister(m)
@@ -351,16 +402,37 @@ type Route struct {
 var metricsTimeouts = struct{ readHeader, read, write, idle time.Duration }{
 	readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: time.Minute}
 
-// ServeMetrics serves GET /metrics (what g gathers) and routes on addr
-// until ctx ends. Every listener has its timeouts: a client that sends
-// slowly or keeps a connection idle is cut.
-func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, routes ...Route) error {
+// BuildInfoName is the build information family every metrics listener
+// of llm-upstreams (watch, keep, front) serves: one program, one name;
+// Prometheus' job label tells the listeners apart.
+const BuildInfoName = "llm_upstreams_build_info"
+
+// ProcessGatherer gathers what every metrics listener serves beside its
+// own figures: BuildInfoName{version,goversion} (always 1) and
+// client_golang's Go runtime (go_*: memory, goroutines, GC) and process
+// (process_*: CPU, resident memory, file descriptors against their limit)
+// collectors, for daemons that run for months. The node_exporter textfile
+// leaves them out: they would describe a process that has ended.
+func ProcessGatherer(version string) prometheus.Gatherer {
+	r := prometheus.NewRegistry()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: BuildInfoName,
+		Help: "Always 1: the version of llm-upstreams and of the Go that built it, as labels."}, []string{"version", "goversion"})
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	r.MustRegister(info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return r
+}
+
+// ServeMetrics serves GET /metrics (what g gathers, and ProcessGatherer's
+// figures for version) and routes on addr until ctx ends. Every listener
+// has its timeouts: a client that sends slowly or keeps a connection idle
+// is cut.
+func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, version string, routes ...Route) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics listen %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{g, ProcessGatherer(version)}, promhttp.HandlerOpts{}))
 	for _, r := range routes {
 		mux.Handle(r.Path, r.Handler)
 	}

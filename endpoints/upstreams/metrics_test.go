@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestServeMetrics(t *testing.T) {
 	m.Record(Report{}, ErrReloadFailed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeMetrics(ctx, addr, m.Gatherer()) }()
+	go func() { done <- ServeMetrics(ctx, addr, m.Gatherer(), "v1.2.3") }()
 	t.Cleanup(func() { cancel(); <-done })
 	var body string
 	deadline := time.Now().Add(10 * time.Second)
@@ -57,6 +58,7 @@ func TestServeMetrics(t *testing.T) {
 	for _, want := range []string{
 		"llm_upstreams_passes_total 2", "llm_upstreams_reload_failures_total 1", "llm_upstreams_pass_errors_total 1",
 		`llm_upstreams_endpoints{tier="fast"} 2`, "llm_upstreams_last_good_apply_timestamp_seconds 1795262400",
+		`llm_upstreams_build_info{version="v1.2.3",goversion="` + runtime.Version() + `"} 1`,
 	} {
 		key, v, err := promtest.Line(want)
 		if err != nil {
@@ -64,6 +66,12 @@ func TestServeMetrics(t *testing.T) {
 		}
 		if g, ok := got[key]; !ok || g != v {
 			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
+	}
+	// The process's own figures (issue 29): goroutines, memory, descriptors.
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "process_open_fds", "process_max_fds", "process_resident_memory_bytes"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("metrics lack %s", name)
 		}
 	}
 }
@@ -182,6 +190,66 @@ func TestTierMetricsElastic(t *testing.T) {
 	}
 }
 
+// Each tier's state and reason (a word), and when its outage under way
+// began, for the dashboard's state timeline and the alert on a tier down
+// longer than expected (issue 29).
+func TestTierStateInfoAndOutageStart(t *testing.T) {
+	m := &Metrics{}
+	scrape := func() map[string]float64 {
+		t.Helper()
+		var b strings.Builder
+		if err := m.WritePrometheus(&b); err != nil {
+			t.Fatal(err)
+		}
+		got, err := promtest.Samples(b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range got {
+			if !strings.HasPrefix(k, "llm_upstreams_tier_state_info") && !strings.HasPrefix(k, "llm_upstreams_tier_outage_start") {
+				delete(got, k)
+			}
+		}
+		return got
+	}
+	m.RecordViews([]TierView{{Tier: "fast", State: StateRouted, Reason: ReasonRouted}}, nil, nil, t0)
+	m.RecordOutageStarts(nil)
+	want := map[string]float64{
+		`llm_upstreams_tier_state_info{reason="routed",state="routed",tier="fast"}`: 1,
+		`llm_upstreams_tier_outage_start_timestamp_seconds{tier="fast"}`:            0,
+	}
+	if d := cmp.Diff(want, scrape()); d != "" {
+		t.Errorf("routed (-want +got):\n%s", d)
+	}
+	down := t0.Add(100 * time.Second)
+	m.RecordViews([]TierView{{Tier: "fast", State: StateBackup, Reason: ReasonRefused + ": fast-1.json: bad lease"}}, nil, nil, down)
+	m.RecordOutageStarts(map[string]time.Time{"fast": down, "gone": t0})
+	want = map[string]float64{
+		`llm_upstreams_tier_state_info{reason="refused",state="backup",tier="fast"}`: 1,
+		`llm_upstreams_tier_outage_start_timestamp_seconds{tier="fast"}`:             float64(down.Unix()),
+	}
+	if d := cmp.Diff(want, scrape()); d != "" {
+		t.Errorf("on its backup (-want +got):\n%s", d)
+	}
+}
+
+// Every reason a view gives has a word of its own.
+func TestReasonCodes(t *testing.T) {
+	seen := map[string]string{}
+	for _, rc := range reasonCodes {
+		if got := reasonCode(rc.reason + " (and more)"); got != rc.code {
+			t.Errorf("reasonCode(%q…) = %q, want %q", rc.reason, got, rc.code)
+		}
+		if other, dup := seen[rc.code]; dup {
+			t.Errorf("%q and %q share the word %q", other, rc.reason, rc.code)
+		}
+		seen[rc.code] = rc.reason
+	}
+	if got := reasonCode("a reason of tomorrow"); got != "other" {
+		t.Errorf("an unknown reason's word is %q, want other", got)
+	}
+}
+
 var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics-families.golden")
 
 // The families watch serves, with their types, labels and help texts,
@@ -202,6 +270,61 @@ func TestMetricFamiliesGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGolden(t, filepath.Join("testdata", "metrics-families.golden"), strings.Join(got, "\n")+"\n", *updateMetrics)
+	// An OpenMetrics scraper reads a counter x_total as family x: the gauge
+	// llm_upstreams_rejected_files beside llm_upstreams_rejected_files_total
+	// were one family to it (issue 29).
+	if c := promtest.Clashes(got); len(c) != 0 {
+		t.Errorf("families that OpenMetrics takes for one: %v", c)
+	}
+}
+
+// What every metrics listener serves beside its own figures (build
+// information, the Go and process collectors) is pinned too: dashboards
+// and alerts read them (-update-metrics rewrites the golden file).
+func TestProcessFamiliesGolden(t *testing.T) {
+	got, err := promtest.Families(ProcessGatherer("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []string
+	for i, line := range got {
+		if !strings.HasPrefix(line, "llm_") {
+			// client_golang's own help texts (some are the Go runtime's
+			// descriptions, which change with Go) are not pinned.
+			got[i] = strings.Join(strings.Fields(line)[:3], " ")
+			continue
+		}
+		ours = append(ours, line)
+	}
+	checkGolden(t, filepath.Join("testdata", "process-families.golden"), strings.Join(got, "\n")+"\n", *updateMetrics)
+	// client_golang's go_memstats_alloc_bytes (gauge) and
+	// go_memstats_alloc_bytes_total (counter) clash, as they do for every
+	// Go program; ours must not.
+	mine, err := promtest.Families((&Metrics{}).Gatherer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := promtest.Clashes(append(mine, ours...)); len(c) != 0 {
+		t.Errorf("families that OpenMetrics takes for one: %v", c)
+	}
+}
+
+func TestClashes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  []string
+	}{
+		{"gauge beside its counter", []string{"x gauge {} a", "x_total counter {} b"}, []string{"x and x_total (both x)"}},
+		{"gauge named as a histogram's count", []string{"h histogram {} a", "h_count gauge {} b"}, []string{"h and h_count (both h_count)"}},
+		{"distinct", []string{"x_total counter {} a", "x_seconds histogram {} b", "y gauge {} c"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, promtest.Clashes(tc.lines)); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
 }
 
 // checkGolden compares got with the file at path, or rewrites it.
@@ -241,7 +364,7 @@ func TestServeMetricsCutsSlowAndIdleClients(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeMetrics(ctx, addr, (&Metrics{}).Gatherer()) }()
+	go func() { done <- ServeMetrics(ctx, addr, (&Metrics{}).Gatherer(), "test") }()
 	defer func() { cancel(); <-done }()
 
 	dial := func() net.Conn {

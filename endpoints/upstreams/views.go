@@ -263,7 +263,14 @@ func (u *Updater) commitPass(rep Report, err error) {
 		}
 	}
 	u.mem, u.next = mem, nil
+	starts := map[string]time.Time{}
+	for tier, m := range mem {
+		if !m.OutageStart.IsZero() {
+			starts[tier] = m.OutageStart
+		}
+	}
 	u.opts.Metrics.RecordViews(rep.Views, ended, preempted, rep.Time)
+	u.opts.Metrics.RecordOutageStarts(starts)
 	if u.cfg.StateDir != "" && !u.front() { // the watcher's file: a front door only reads it
 		if err := saveMem(u.cfg.StateDir, u.mem); err != nil {
 			u.opts.Log.Warn("cannot save the tier memory", "dir", u.cfg.StateDir, "error", err)

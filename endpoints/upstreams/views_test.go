@@ -206,7 +206,8 @@ func TestWatchRecordsAvailability(t *testing.T) {
 	}
 	var b strings.Builder
 	_ = m.WritePrometheus(&b)
-	for _, line := range []string{`llm_upstreams_tier_preemptions_total{tier="fast"} 1`, `llm_upstreams_tier_recovery_seconds_count{tier="fast"} 1`} {
+	for _, line := range []string{`llm_upstreams_tier_preemptions_total{tier="fast"} 1`, `llm_upstreams_tier_recovery_seconds_count{tier="fast"} 1`,
+		`llm_upstreams_tier_state_info{reason="routed",state="routed",tier="fast"} 1`, `llm_upstreams_tier_outage_start_timestamp_seconds{tier="fast"} 0`} {
 		if !strings.Contains(b.String(), line+"\n") {
 			t.Errorf("metrics lack %q", line)
 		}
