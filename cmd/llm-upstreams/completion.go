@@ -27,10 +27,12 @@ func runCompletion(args []string, stdout, stderr io.Writer) int {
 		Simple, Tier     []form
 		Keep, KeepStatus string
 	}
-	data.Commands = strings.Join(commands, " ") + " keep tier completion --version --help"
+	data.Commands = strings.Join(commands, " ") + " keep tier key usage completion --version --help"
 	for _, c := range commands {
 		data.Simple = append(data.Simple, form{c, helpFlags(c)})
 	}
+	data.Simple = append(data.Simple, form{"usage", helpFlags("usage")},
+		form{"key", "create list revoke generate " + helpFlags("key", "create")})
 	data.Keep, data.KeepStatus = helpFlags("keep"), helpFlags("keep", "status")
 	for _, f := range tierForms {
 		data.Tier = append(data.Tier, form{f, helpFlags("tier", f, "NAME")})

@@ -30,7 +30,7 @@ func TestBashCompletion(t *testing.T) {
 		want string
 	}{
 		{"llm-upstreams sy", "sync"},
-		{"llm-upstreams ", "sync watch front status report keep tier completion --version --help"},
+		{"llm-upstreams ", "sync watch front status report keep tier key usage completion --version --help"},
 		{"llm-upstreams status --js", "--json"},
 		{"llm-upstreams keep --on", "--once"},
 		{"llm-upstreams keep st", "status"},
@@ -39,6 +39,7 @@ func TestBashCompletion(t *testing.T) {
 		{"llm-upstreams tier disable fast --can", "--cancel"},
 		{"llm-upstreams watch --log-level w", "warn"},
 		{"llm-upstreams completion ", "bash"},
+		{"llm-upstreams usage --b", "--by"},
 	} {
 		words := strings.Fields(tc.line)
 		if strings.HasSuffix(tc.line, " ") {

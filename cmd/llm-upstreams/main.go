@@ -8,6 +8,8 @@
 //	llm-upstreams status [--config FILE] [--json]  what would be routed, and why
 //	llm-upstreams report [--since 7d] [--json]     availability per tier, from watch's record
 //	llm-upstreams keep …, llm-upstreams tier …     the keeper (keep.go)
+//	llm-upstreams key create|list|revoke|generate  a user's API keys, made with munge (key.go)
+//	llm-upstreams usage [--since 30d] [--by user]  what the front door served (usage.go)
 //
 // Exit codes: 0 success, 1 the pass or watch failed, 2 usage or config error.
 package main
@@ -68,6 +70,8 @@ func usage(w io.Writer) {
 		"       llm-upstreams status [--keeper-config FILE]  (text: also the keeper's tiers; default upstreams.toml's keeper_config)\n"+
 		"       llm-upstreams report [--since 7d|36h|RFC3339] [--json] [--config FILE]  (availability per tier, from state_dir's record)\n"+
 		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
+		"       llm-upstreams key create|list|revoke|generate … (see llm-upstreams key --help)\n"+
+		"       llm-upstreams usage [--since 30d] [--by user|account|model|tier] [--json] [--config FILE]\n"+
 		"       llm-upstreams completion bash  (bash completion: source <(llm-upstreams completion bash))\n"+
 		"       llm-upstreams --version\n")
 }
@@ -93,8 +97,8 @@ func printHelp(fs *flag.FlagSet, usage func(io.Writer), stdout io.Writer) int {
 	return exitOK
 }
 
-// commands are the subcommands run parses itself (keep, tier and
-// completion parse their own).
+// commands are the subcommands run parses itself (keep, tier, key,
+// usage and completion parse their own).
 var commands = []string{"sync", "watch", "front", "status", "report"}
 
 // checkLogFlags says what is wrong with --log-format or --log-level
@@ -128,6 +132,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runKeep(args[1:], stdout, stderr)
 	case "tier":
 		return runTier(args[1:], stdout, stderr)
+	case "key":
+		return runKey(args[1:], stdout, stderr)
+	case "usage":
+		return runUsage(args[1:], stdout, stderr)
 	case "completion":
 		return runCompletion(args[1:], stdout, stderr)
 	}

@@ -82,6 +82,14 @@ type FrontConfig struct {
 	// Empty (default): no origin is allowed; a preflight gets 204 without
 	// CORS headers, and the browser refuses the call.
 	CORSOrigins []string
+
+	// Auth, Usage, FairShare and Limits are [front.auth], [front.usage],
+	// [front.fair_share] and [front.limits] (frontaccess.go): who sends
+	// a request, what it used, who goes next on a busy tier.
+	Auth      FrontAuth
+	Usage     FrontUsage
+	FairShare FrontFairShare
+	Limits    FrontLimits
 }
 
 // FrontTier is one tier's front-door settings ([front.tiers.NAME]).
@@ -141,13 +149,15 @@ var defaultFront = FrontConfig{
 func DefaultFrontConfig() FrontConfig {
 	f := defaultFront
 	f.Tiers = map[string]FrontTier{}
+	setAccessDefaults(&f)
 	return f
 }
 
 // decodeFront declares the [front] table's keys.
 func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 	f := &c.Front
-	return d.TableField(map[string]tomlconf.Field{
+	setAccessDefaults(f)
+	fields := map[string]tomlconf.Field{
 		"listen":                   d.String(&f.Listen),
 		"metrics_listen":           d.String(&f.MetricsListen),
 		"hint_listen":              d.String(&f.HintListen),
@@ -183,7 +193,9 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 				f.Tiers[name] = ft
 			}
 		}),
-	})
+	}
+	maps.Copy(fields, c.decodeAccess(d))
+	return d.TableField(fields)
 }
 
 // checkFront validates [front] once [tiers] is known, and gives every
@@ -272,6 +284,7 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 			f.Tiers[name] = DefaultFrontTier
 		}
 	}
+	c.checkAccess(d)
 }
 
 // badPrefix says why a tier's path prefix cannot be used; "" when it can:

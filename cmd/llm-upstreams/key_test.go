@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/access/munge"
+	usagedb "slurm-llm/endpoints/access/usage"
+)
+
+// pretendMunge hands out credentials "MUNGE:N:" for uid 1001 and decodes
+// them once each, as munged would.
+type pretendMunge struct {
+	mu       sync.Mutex
+	n        int
+	payloads map[string][]byte
+}
+
+func (p *pretendMunge) encode(ctx context.Context, payload []byte) ([]byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	c := fmt.Sprintf("MUNGE:%d:", p.n)
+	p.payloads[c] = payload
+	return []byte(c), nil
+}
+
+func (p *pretendMunge) Verify(ctx context.Context, cred []byte) (munge.Credential, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pl, ok := p.payloads[string(cred)]
+	if !ok {
+		return munge.Credential{}, munge.ErrInvalid
+	}
+	delete(p.payloads, string(cred))
+	return munge.Credential{UID: 1001, Encoded: time.Now(), TTL: 300 * time.Second, Payload: pl}, nil
+}
+
+type oneUser struct{}
+
+func (oneUser) Name(uid uint32) (string, error)          { return "alice", nil }
+func (oneUser) InGroup(name, group string) (bool, error) { return false, nil }
+
+func TestKeyCommands(t *testing.T) {
+	m := &pretendMunge{payloads: map[string][]byte{}}
+	store, _ := access.OpenStore("", nil)
+	h := access.NewKeyHandler(access.KeyHandlerOptions{Store: store, Verifier: m, Users: oneUser{},
+		Accounts: access.NewAccounts(access.AccountsOptions{Disabled: true})})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		o := keyOptions{op: args[0], url: srv.URL, stdout: &out, stderr: &errOut, encode: m.encode, timeout: 5 * time.Second,
+			getenv: func(string) string { return "" }}
+		for i := 1; i < len(args); i += 2 {
+			switch args[i] {
+			case "--note":
+				o.note = args[i+1]
+			case "--id":
+				o.id = args[i+1]
+			}
+		}
+		code := o.run(context.Background())
+		return code, out.String(), errOut.String()
+	}
+	code, out, errOut := run("create", "--note", "laptop")
+	key := strings.SplitN(out, "\n", 2)[0]
+	id, ok := access.KeyID(key)
+	if code != 0 || !ok || !strings.Contains(errOut, "shown this once") {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	if _, found := store.Lookup(key); !found {
+		t.Fatal("the key printed is not the key stored")
+	}
+	if code, out, _ := run("list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "laptop") {
+		t.Errorf("list: %d %q", code, out)
+	}
+	if code, out, _ := run("revoke", "--id", id); code != 0 || out != "revoked "+id+"\n" {
+		t.Errorf("revoke: %d %q", code, out)
+	}
+	if code, _, errOut := run("revoke", "--id", id); code != exitFailed || !strings.Contains(errOut, "404") {
+		t.Errorf("revoke again: %d %q", code, errOut)
+	}
+	if code, _, errOut := run("revoke"); code != exitUsage || !strings.Contains(errOut, "--id") {
+		t.Errorf("revoke naming nothing: %d %q", code, errOut)
+	}
+	var out2, errOut2 bytes.Buffer
+	o := keyOptions{op: "list", stdout: &out2, stderr: &errOut2, config: "/nonexistent", getenv: func(string) string { return "" }}
+	if code := o.run(context.Background()); code != exitUsage || !strings.Contains(errOut2.String(), URLEnv) {
+		t.Errorf("no URL: %d %q", code, errOut2.String())
+	}
+}
+
+func TestUsageCommand(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "upstreams.toml")
+	os.WriteFile(cfg, []byte("allow_any_owner = true\nallow_any_network = true\nendpoint_dir = \"/e\"\nstate_dir = \""+dir+"\"\n[tiers.fast]\n"), 0o644)
+	r, err := usagedb.Open(filepath.Join(dir, "usage.db"), usagedb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Add(usagedb.Record{Time: time.Now().Add(-time.Hour), User: "alice", Account: "chem", Tier: "fast", Model: "m", Status: 200,
+		Outcome: "answered", PromptTokens: 7, CompletionTokens: 35})
+	r.Add(usagedb.Record{Time: time.Now().Add(-40 * 24 * time.Hour), User: "bob", Account: "phys", Tier: "fast", Model: "m", Status: 200,
+		Outcome: "answered", PromptTokens: 1, CompletionTokens: 1})
+	r.Close()
+	var out, errOut bytes.Buffer
+	if code := run([]string{"usage", "--config", cfg, "--since", "30d", "--by", "account"}, &out, &errOut); code != 0 {
+		t.Fatalf("usage: %d %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "Usage by account") || !strings.Contains(out.String(), "chem") || strings.Contains(out.String(), "phys") ||
+		!strings.Contains(out.String(), "42") {
+		t.Errorf("usage table:\n%s", out.String())
+	}
+	if code := run([]string{"usage", "--config", cfg, "--by", "project"}, &out, &errOut); code != exitUsage {
+		t.Errorf("--by project: %d", code)
+	}
+	os.Remove(filepath.Join(dir, "usage.db"))
+	errOut.Reset()
+	if code := run([]string{"usage", "--config", cfg}, &out, &errOut); code != exitFailed || !strings.Contains(errOut.String(), "usage.db") {
+		t.Errorf("no database: %d %s", code, errOut.String())
+	}
+}

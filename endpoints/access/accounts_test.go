@@ -1,0 +1,117 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/endpoints/access/share"
+)
+
+func TestParseSacctmgr(t *testing.T) {
+	tests := []struct {
+		name, out string
+		want      UserAccounts
+		wantErr   error
+	}{
+		{name: "one account", out: "bob|phys|phys\n", want: UserAccounts{Default: "phys", All: []string{"phys"}}},
+		{name: "several", out: "alice|chem|phys\nalice|chem|chem\nalice|chem|chem\n", want: UserAccounts{Default: "chem", All: []string{"chem", "phys"}}},
+		{name: "no association", out: "", wantErr: ErrNoAccount},
+		{name: "another user's line", out: "mallory|x|x\n", wantErr: errors.New("")},
+		{name: "not three fields", out: "alice|chem\n", wantErr: errors.New("")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			user := "alice"
+			if tt.name == "one account" {
+				user = "bob"
+			}
+			got, err := ParseSacctmgr([]byte(tt.out), user)
+			if (err != nil) != (tt.wantErr != nil) || (errors.Is(tt.wantErr, ErrNoAccount) && !errors.Is(err, ErrNoAccount)) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestChooseAccount(t *testing.T) {
+	ua := UserAccounts{Default: "chem", All: []string{"chem", "phys"}}
+	for _, tt := range []struct {
+		ua       UserAccounts
+		override string
+		want     string
+		ok       bool
+	}{
+		{ua, "", "chem", true},
+		{ua, "phys", "phys", true},
+		{ua, "bio", "", false},
+		{UserAccounts{All: []string{"b", "a"}}, "", "b", true},
+	} {
+		got, err := tt.ua.Choose(tt.override)
+		if got != tt.want || (err == nil) != tt.ok {
+			t.Errorf("Choose(%q) = %q, %v", tt.override, got, err)
+		}
+	}
+}
+
+func TestAccountsCache(t *testing.T) {
+	now := t0
+	runs := 0
+	a := NewAccounts(AccountsOptions{TTL: time.Minute, Now: func() time.Time { return now },
+		Run: func(ctx context.Context, argv []string, stdin []byte) ([]byte, []byte, error) {
+			runs++
+			want := []string{"sacctmgr", "-n", "-P", "show", "user", "alice", "withassoc", "format=User,DefaultAccount,Account"}
+			if d := cmp.Diff(want, argv); d != "" {
+				t.Errorf("argv (-want +got):\n%s", d)
+			}
+			return []byte("alice|chem|chem\n"), nil, nil
+		}})
+	if got := a.Cached("alice"); got != "" {
+		t.Errorf("Cached before any lookup: %q", got)
+	}
+	for i := 0; i < 3; i++ {
+		if ua, err := a.Lookup(context.Background(), "alice"); err != nil || ua.Default != "chem" {
+			t.Fatalf("Lookup = %+v, %v", ua, err)
+		}
+	}
+	if runs != 1 {
+		t.Errorf("sacctmgr ran %d times in the TTL, want 1", runs)
+	}
+	now = now.Add(time.Minute)
+	if got := a.Cached("alice"); got != "chem" {
+		t.Errorf("Cached when stale: %q, want the last answer", got)
+	}
+	a.Lookup(context.Background(), "alice")
+	if runs != 2 {
+		t.Errorf("sacctmgr ran %d times, want 2 after the TTL", runs)
+	}
+	if _, err := a.Lookup(context.Background(), "format=x"); err == nil || runs != 2 {
+		t.Errorf("a name sacctmgr would take for an option: %v (runs %d)", err, runs)
+	}
+}
+
+func TestWriteErrors(t *testing.T) {
+	w := httptest.NewRecorder()
+	WriteUnauthorized(w, "no key")
+	if w.Code != 401 || !strings.Contains(w.Header().Get("WWW-Authenticate"), "Bearer") {
+		t.Errorf("401: %d %v", w.Code, w.Header())
+	}
+	want := `{"error":{"code":"invalid_api_key","message":"no key","param":null,"type":"invalid_request_error"}}` + "\n"
+	if w.Body.String() != want {
+		t.Errorf("body %q, want %q", w.Body, want)
+	}
+	w = httptest.NewRecorder()
+	WriteRateLimited(w, share.Decision{Limit: share.LimitTokens, RetryAfter: 1500 * time.Millisecond, Why: "tokens per minute used up"})
+	if w.Code != 429 || w.Header().Get("Retry-After") != "2" || !strings.Contains(w.Body.String(), `"code":"rate_limit_exceeded"`) ||
+		!strings.Contains(w.Body.String(), `"type":"tokens"`) {
+		t.Errorf("429: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
