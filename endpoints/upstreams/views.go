@@ -48,7 +48,8 @@ func (u *Updater) keeperTiers() map[string]keeperTier {
 			continue // unknown: say nothing about it
 		}
 		out[name] = keeperTier{Known: true, Enabled: st.IsEnabled(tc), By: st.EnabledBy(),
-			Release: tc.Release && u.keeper.ReleaseInterval > 0}
+			Release: tc.Release && u.keeper.ReleaseInterval > 0, ReleaseWithin: u.keeper.ReleaseDelay + u.keeper.ReleaseInterval,
+			RequeueHoldMax: u.keeper.RequeueHoldMax}
 	}
 	return out
 }
