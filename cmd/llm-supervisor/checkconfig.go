@@ -32,9 +32,9 @@ options:
   --addr NODE=ADDR     a node's address; repeat for each node. Without it, node_address
                        "slurm" uses the node name as a stand-in (and says so)
   --upstreams FILE     the controller's upstreams.toml (default: upstreams.toml beside
-                       TIER.toml, if there), and the keeper config it names (or keeper.toml
-                       beside TIER.toml): warns when the front door could not continue a
-                       stream this tier's drain cuts (its holds, the keeper's release)
+                       TIER.toml, if there), with keeper.toml beside TIER.toml (else the
+                       keeper config upstreams.toml names): warns when the front door could
+                       not continue a stream this tier's drain cuts (its holds, the release)
 `
 
 // checkConfigOptions are check-config's parsed arguments.

@@ -18,7 +18,7 @@ import (
 // if the tier can be back within its hold. check-config knows the drain;
 // the holds are in the controller's upstreams.toml and the release in the
 // keeper's config, read when found (--upstreams, else beside the tier's
-// config). It returns a note saying what was checked, and the warnings of
+// config; the keeper's beside it, else the one upstreams.toml names). It returns a note saying what was checked, and the warnings of
 // upstreams.CheckContinuation; the front door's start warns too, with the
 // measured start-to-ready but without the drain.
 func checkContinuation(cfg *tier.Config, opts *checkConfigOptions) (string, []string) {
@@ -57,11 +57,12 @@ func checkContinuation(cfg *tier.Config, opts *checkConfigOptions) (string, []st
 	return note, upstreams.CheckContinuation(f)
 }
 
-// loadKeeperBeside loads the keeper config upstreams.toml names, or else
-// keeper.toml beside the tier's config (a checkout of etc/, a staging
-// directory); nil and no error when neither exists.
+// loadKeeperBeside loads keeper.toml beside the tier's config (the set of
+// files being checked: /etc/slurm-llm/, a checkout of etc/, a staging
+// directory), or else the keeper config upstreams.toml names; nil and no
+// error when neither exists.
 func loadKeeperBeside(named, tierPath string) (*keeper.Config, string, error) {
-	for _, p := range []string{named, filepath.Join(filepath.Dir(tierPath), "keeper.toml")} {
+	for _, p := range []string{filepath.Join(filepath.Dir(tierPath), "keeper.toml"), named} {
 		if p == "" {
 			continue
 		}
