@@ -31,11 +31,16 @@ options:
   --restart-count N    SLURM_RESTART_COUNT (default 0)
   --addr NODE=ADDR     a node's address; repeat for each node. Without it, node_address
                        "slurm" uses the node name as a stand-in (and says so)
+  --upstreams FILE     the controller's upstreams.toml (default: upstreams.toml beside
+                       TIER.toml, if there), with keeper.toml beside TIER.toml (else the
+                       keeper config upstreams.toml names): warns when the front door could
+                       not continue a stream this tier's drain cuts (its holds, the release)
 `
 
 // checkConfigOptions are check-config's parsed arguments.
 type checkConfigOptions struct {
 	path, nodelist, batchNode, workers, jobID string
+	upstreams                                 string
 	restartCount                              int
 	addrs                                     map[string]string
 }
@@ -87,8 +92,13 @@ func runCheckConfig(args []string, stdout, stderr io.Writer) int {
 	// The shared directory, as the job will check it at start (issue 23).
 	what, _ := fsutil.DescribeDir(cfg.EndpointDir)
 	notes = append(notes, fmt.Sprintf("endpoint_dir %s: %s", cfg.EndpointDir, what))
+	note, warnings := checkContinuation(cfg, opts)
+	notes = append(notes, note)
 	for _, n := range notes {
 		fmt.Fprintf(stdout, "\nnote: %s\n", n)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stdout, "\nwarning: %s\n", w)
 	}
 	return 0
 }
@@ -123,6 +133,7 @@ func parseCheckConfigArgs(args []string) (*checkConfigOptions, error) {
 	fs.StringVar(&opts.jobID, "job-id", "0", "")
 	fs.IntVar(&opts.restartCount, "restart-count", 0, "")
 	fs.Var(addrFlag(opts.addrs), "addr", "")
+	fs.StringVar(&opts.upstreams, "upstreams", "", "")
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

@@ -107,17 +107,19 @@ func (e *e2eController) start(klog io.Writer, onReport func(upstreams.Report, ti
 }
 
 // shutdown stops the keeper and watch, then cancels the jobs of names
-// (scancel -n takes one name) and waits until squeue lists none of them.
-// It reports whether the directory may go (the test passed): the caller
-// logs what it needs first.
+// (scancel -n takes one name) until squeue lists none of them: a job
+// caught in its requeue (COMPLETING: scancel does nothing) is pending a
+// moment later, and ran again after Slurm's hold when cancelled once
+// only. It reports whether the directory may go (the test passed): the
+// caller logs what it needs first.
 func (e *e2eController) shutdown(names ...string) bool {
 	e.stop()
 	e.done.Wait()
-	for _, name := range names {
-		_ = exec.Command("scancel", "-n", name).Run()
-	}
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
+		for _, name := range names {
+			_ = exec.Command("scancel", "-n", name).Run()
+		}
 		out, err := exec.Command("squeue", "-h", "-n", strings.Join(names, ",")).Output()
 		if err == nil && len(bytes.TrimSpace(out)) == 0 {
 			break

@@ -62,6 +62,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 		}
 	}
 	u := newFrontUpdater(cfg, log, routes)
+	warnContinuation(u.ContinueFacts(), log)
 	hints, err := listenFrontHints(cfg.Front.HintListen, log)
 	if err != nil {
 		return exitFailed
@@ -78,6 +79,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 				c, err := upstreams.Load(path)
 				if err == nil {
 					fd.SetConfig(c.Front)
+					warnContinuation(upstreams.New(c, upstreams.Options{}).ContinueFacts(), log)
 				}
 				return c, err
 			}})
@@ -123,6 +125,20 @@ func newFrontUpdater(cfg upstreams.Config, log hclog.Logger, routes func(upstrea
 	opts := updaterOptions(cfg, log)
 	opts.Routes = routes
 	return upstreams.New(cfg, opts)
+}
+
+// warnContinuation logs, per tier, each reason a stream cut by its
+// drain's deadline would not be continued with these settings, as far as
+// the front door knows them: its holds, the keeper's release, the
+// measured start-to-ready. The drains are set in the tiers' configs, on
+// the job side: llm-supervisor check-config checks them against this
+// file.
+func warnContinuation(facts []upstreams.ContinueFacts, log hclog.Logger) {
+	for _, f := range facts {
+		for _, why := range upstreams.CheckContinuation(f) {
+			log.Warn("a stream cut by a drain would not be continued", "tier", f.Tier, "why", why)
+		}
+	}
 }
 
 // listenFrontHints opens the front door's own hint listener, if set.

@@ -64,6 +64,14 @@ type frontOpts struct {
 	// noReasoning leaves the reasoning tier out of the keeper (its nodes
 	// for more fast replicas).
 	noReasoning bool
+	// shipped takes the fast tier's timeouts and drain, the keeper's
+	// release and the front door's hold_unknown and fast hold from the
+	// shipped etc/ files instead of the test's quicker values
+	// (front_drain_e2e_test.go).
+	shipped bool
+	// quietKeeper writes the keeper's log to <dir>/keeper.log, not the
+	// test's (a benchmark's log keeps only its first 10 lines).
+	quietKeeper bool
 }
 
 type frontWorld struct {
@@ -105,6 +113,11 @@ func newFrontWorld(t testing.TB, o frontOpts) *frontWorld {
 	if o.drainBudget != "" {
 		fast += fmt.Sprintf("\n[drain]\nbudget = %q\n", o.drainBudget)
 	}
+	var sh shippedValues
+	if o.shipped {
+		sh = readShipped(t)
+		fast = sh.fastTier(fast)
+	}
 	w.write("fast.toml", fast)
 	w.write("reasoning.toml", frontTier(w.dir, "reasoning", freePort(t), "-m", "/models/big.gguf", "--alias", "OR1-Behemoth",
 		"--parallel", "2", "--fake-load-time", load.String(), "--fake-tokens", "8", "--fake-token-rate", "40"))
@@ -128,14 +141,14 @@ max_submits_per_hour = 20
 	}
 	w.write("keeper.toml", fmt.Sprintf(`state_dir = "%[1]s/keeper"
 endpoint_dir = "%[1]s/endpoints"
-[tiers.fast]
+%[5]s[tiers.fast]
 job_name = %[2]q
 script = "%[1]s/fast.sh"
 sbatch_args = ["-p", "gpu_ai", "-N1", "--exclusive", "--requeue", "--open-mode=append", "-o", "%[1]s/fast-%%j.out", "-D", %[1]q]
 backoff_initial = "1h"
 backoff_max = "1h"
 max_submits_per_hour = 20
-%[3]s%[4]s`, w.dir, w.fastJob, replicas, reasoning))
+%[3]s%[4]s`, w.dir, w.fastJob, replicas, reasoning, sh.keeperKeys()))
 	nginxCfg := "[nginx]\ntest = [\"true\"]\nreload = [\"true\"]\n"
 	out := w.dir + "/out"
 	if o.nginx {
@@ -144,9 +157,13 @@ max_submits_per_hour = 20
 		nginxCfg = fmt.Sprintf("[nginx]\ntest = %s\nreload = %s\n", q(w.nginx.TestArgv()), q(w.nginx.ReloadArgv()))
 		out = w.nginx.Out
 	}
-	hold := ""
+	hold, holdUnknown := "", "15s"
 	if o.hold > 0 {
 		hold = fmt.Sprintf("[front.tiers.fast]\nhold = %q\n", o.hold.String())
+	}
+	if o.shipped {
+		hold = fmt.Sprintf("[front.tiers.fast]\nhold = %q\n", sh.fastHold)
+		holdUnknown = sh.holdUnknown.String()
 	}
 	w.write("upstreams.toml", fmt.Sprintf(`endpoint_dir = "%[1]s/endpoints"
 output_dir = %[5]q
@@ -162,12 +179,21 @@ job_name = %[3]q
 %[4]s[front]
 listen = "127.0.0.1:%[7]d"
 models_refresh = "1s"
-hold_unknown = "15s"
+hold_unknown = %[8]q
 [front.tiers.reasoning]
 hold = "60s"
 models = ["OR1-Behemoth"]
-%[6]s`, w.dir, w.fastJob, w.reasJob, nginxCfg, out, hold, freePort(t)))
-	w.ucfg = w.start(tbWriter{t: t}, func(upstreams.Report, time.Time) {})
+%[6]s`, w.dir, w.fastJob, w.reasJob, nginxCfg, out, hold, freePort(t), holdUnknown))
+	var klog io.Writer = tbWriter{t: t}
+	if o.quietKeeper {
+		f, err := os.Create(filepath.Join(w.dir, "keeper.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		klog = f
+	}
+	w.ucfg = w.start(klog, func(upstreams.Report, time.Time) {})
 	w.startFront(w.ucfg)
 	t.Cleanup(w.close)
 	return w

@@ -58,8 +58,10 @@ type Server struct {
 	mu      sync.Mutex
 	heads   map[string]*head  // the last table's heads, by key
 	learned map[string]string // model → tier, from every file and head seen
-	// reasonSince is, per tier without a head, since when its view has
-	// given its reason (reason is that reason).
+	// reasonSince is, per tier that serves nothing (no head routed, none
+	// draining: a draining head still serves its requests in flight, up
+	// to its drain's deadline), since when its view has given its reason
+	// (reason is that reason): hold_unknown counts from there.
 	reasonSince map[string]time.Time
 	reason      map[string]string
 }
@@ -173,7 +175,7 @@ func (s *Server) Update(rep upstreams.Report) {
 	}
 	for _, v := range rep.Views {
 		switch {
-		case t.routed(v.Tier):
+		case t.routed(v.Tier) || len(t.draining[v.Tier]) > 0:
 			delete(s.reasonSince, v.Tier)
 			delete(s.reason, v.Tier)
 		case s.reason[v.Tier] != v.Reason:

@@ -22,10 +22,14 @@ type HoldInput struct {
 	// View is the tier's view from the last pass (reason, expected back).
 	View upstreams.TierView
 	// ReasonFor is how long the tier's view has given its present reason
-	// without a head (0 when it has one: its heads failed before
-	// answering). A view with no estimate is held for the first
-	// HoldUnknown of its reason: a preemption's first seconds, or the gap
-	// between a re-plan's drain and its new head's file.
+	// while the tier served nothing: no head, none draining (0 while it
+	// has one: its heads failed before answering, or a drain's requests
+	// in flight still run). A view with no estimate is held for the first
+	// HoldUnknown of its reason counted from when the tier stopped
+	// serving, not from its drain's start: a stream cut by the drain's
+	// deadline, the seconds after a preemption's drain before Slurm lists
+	// the requeued job, the gap between a re-plan's drain and its new
+	// head's file.
 	ReasonFor time.Duration
 	// Now and Deadline: the request gives up waiting at Deadline.
 	Now, Deadline time.Time

@@ -212,6 +212,24 @@ func Load(path string) (Config, error) {
 // problem is reported, each as "FILE:LINE: KEY: reason".
 func Parse(path string, b []byte) (Config, error) { return parse(path, b, user.Lookup) }
 
+// LoadSettings is Load for a tool that reads the file's settings on a
+// machine that need not have the controller's accounts (llm-supervisor
+// check-config on a login node, or in a checkout of etc/): an account of
+// allowed_owners unknown there is not an error; it stands for uid
+// 4294967295 ((uid_t)-1, which owns no file). Never route with it.
+func LoadSettings(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("load config: %w", err)
+	}
+	return parse(path, b, func(name string) (*user.User, error) {
+		if u, err := user.Lookup(name); err == nil {
+			return u, nil
+		}
+		return &user.User{Username: name, Uid: "4294967295"}, nil
+	})
+}
+
 // parse is Parse with the user lookup given (tests name accounts that
 // the machine running them lacks).
 func parse(path string, b []byte, lookup func(string) (*user.User, error)) (Config, error) {

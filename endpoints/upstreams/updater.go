@@ -76,8 +76,12 @@ type Updater struct {
 	// views and decisions are the last evaluation's.
 	views     []TierView
 	decisions []endpoints.Decision
-	// keeper is the keeper's config, when keeper_config names one.
-	keeper *keeper.Config
+	// keeper is the keeper's config, when keeper_config names one that
+	// loaded; keeperFile is what the last look at that file saw (nil: not
+	// there); keeperLooked is set after the first look (keeperconf.go).
+	keeper       *keeper.Config
+	keeperFile   os.FileInfo
+	keeperLooked bool
 	// avail is the availability record, open while Watch runs with a
 	// state_dir.
 	avail *Record
@@ -149,7 +153,7 @@ func New(cfg Config, opts Options) *Updater {
 		opts.Generator = "llm-upstreams"
 	}
 	u := &Updater{cfg: cfg, opts: opts, started: opts.Now()}
-	u.loadKeeper()
+	u.refreshKeeper()
 	return u
 }
 
@@ -163,7 +167,8 @@ func (u *Updater) Metrics() *Metrics { return u.opts.Metrics }
 func (u *Updater) SetConfig(cfg Config) {
 	u.cfg = cfg
 	u.opts.Runner = replaceTimeout(u.opts.Runner, cfg.Nginx.Timeout)
-	u.loadKeeper()
+	u.keeper, u.keeperFile, u.keeperLooked = nil, nil, false // read again, whatever the file's stamp
+	u.refreshKeeper()
 }
 
 // replaceTimeout keeps an ExecRunner's timeout in step with the config.

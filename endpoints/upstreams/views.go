@@ -2,7 +2,6 @@ package upstreams
 
 import (
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -13,30 +12,11 @@ import (
 	"slurm-llm/slurm"
 )
 
-// loadKeeper reads the keeper's config named by keeper_config, if it
-// exists: the views say when a tier is disabled and whether its requeued
-// job is released. A config that does not load is logged and ignored.
-func (u *Updater) loadKeeper() {
-	u.keeper = nil
-	path := u.cfg.KeeperConfig
-	if path == "" {
-		return
-	}
-	if _, err := os.Stat(path); err != nil {
-		return
-	}
-	kc, err := keeper.Load(path)
-	if err != nil {
-		u.opts.Log.Warn("keeper config not read; views do not know disabled tiers", "path", path, "error", err)
-		return
-	}
-	u.keeper = &kc
-}
-
 // keeperTiers is what the keeper says of each tier now: its config and
 // its state files (read without the keeper's lock; they are replaced by
 // rename).
 func (u *Updater) keeperTiers() map[string]keeperTier {
+	u.refreshKeeper()
 	out := map[string]keeperTier{}
 	if u.keeper == nil {
 		return out
@@ -48,7 +28,8 @@ func (u *Updater) keeperTiers() map[string]keeperTier {
 			continue // unknown: say nothing about it
 		}
 		out[name] = keeperTier{Known: true, Enabled: st.IsEnabled(tc), By: st.EnabledBy(),
-			Release: tc.Release && u.keeper.ReleaseInterval > 0}
+			Release: tc.Release && u.keeper.ReleaseInterval > 0, ReleaseWithin: u.keeper.ReleaseDelay + u.keeper.ReleaseInterval,
+			RequeueHoldMax: u.keeper.RequeueHoldMax}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -34,15 +35,26 @@ type Seen struct {
 // and reads it to its end; progress, if set, gets the token count as it
 // grows.
 func StreamChat(base, model string, maxTokens int, progress func(int)) Seen {
-	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"count"}]}`, model, maxTokens)
-	s := Seen{IDs: map[string]bool{}}
-	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	resp, err := (&http.Client{Timeout: 5 * time.Minute}).Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(ChatBody(model, maxTokens)))
 	if err != nil {
-		s.Err = err
-		return s
+		return Seen{IDs: map[string]bool{}, Err: err}
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return ReadSSE(resp.Body, progress)
+}
+
+// ChatBody is the streamed chat request the readers here send: the fake
+// answers it with tok0 … tok(maxTokens-1).
+func ChatBody(model string, maxTokens int) string {
+	return fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"count"}]}`, model, maxTokens)
+}
+
+// ReadSSE reads a streamed chat answer (server-sent events) to its end;
+// progress, if set, gets the token count as it grows.
+func ReadSSE(r io.Reader, progress func(int)) Seen {
+	s := Seen{IDs: map[string]bool{}}
+	sc := bufio.NewScanner(r)
 	last := time.Now()
 	for sc.Scan() {
 		line := sc.Text()
@@ -52,47 +64,56 @@ func StreamChat(base, model string, maxTokens int, progress func(int)) Seen {
 		case line == "data: [DONE]":
 			s.Done = true
 		case strings.HasPrefix(line, "data: "):
-			var ev struct {
-				ID      string                    `json:"id"`
-				Error   *struct{ Message string } `json:"error"`
-				Choices []struct {
-					Delta struct {
-						Role    *string `json:"role"`
-						Content *string `json:"content"`
-					} `json:"delta"`
-					FinishReason *string `json:"finish_reason"`
-				} `json:"choices"`
-			}
-			if err := json.Unmarshal([]byte(line[6:]), &ev); err != nil {
-				s.Err = fmt.Errorf("event %q: %w", line, err)
+			if err := s.event(line[6:], &last, progress); err != nil {
+				s.Err = err
 				return s
-			}
-			if ev.Error != nil {
-				s.ErrEvent = ev.Error.Message
-			}
-			if ev.ID != "" {
-				s.IDs[ev.ID] = true
-			}
-			for _, ch := range ev.Choices {
-				if ch.Delta.Role != nil {
-					s.Roles++
-				}
-				if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-					s.Pause = max(s.Pause, time.Since(last))
-					last = time.Now()
-					s.Tokens = append(s.Tokens, strings.Fields(*ch.Delta.Content)...)
-					if progress != nil {
-						progress(len(s.Tokens))
-					}
-				}
-				if ch.FinishReason != nil {
-					s.Finishes++
-				}
 			}
 		}
 	}
 	s.Err = sc.Err()
 	return s
+}
+
+// event folds one event (a chunk of the answer, or an error) into s; last
+// is when the previous token came.
+func (s *Seen) event(data string, last *time.Time, progress func(int)) error {
+	var ev struct {
+		ID      string                    `json:"id"`
+		Error   *struct{ Message string } `json:"error"`
+		Choices []struct {
+			Delta struct {
+				Role    *string `json:"role"`
+				Content *string `json:"content"`
+			} `json:"delta"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(data), &ev); err != nil {
+		return fmt.Errorf("event %q: %w", data, err)
+	}
+	if ev.Error != nil {
+		s.ErrEvent = ev.Error.Message
+	}
+	if ev.ID != "" {
+		s.IDs[ev.ID] = true
+	}
+	for _, ch := range ev.Choices {
+		if ch.Delta.Role != nil {
+			s.Roles++
+		}
+		if ch.Delta.Content != nil && *ch.Delta.Content != "" {
+			s.Pause = max(s.Pause, time.Since(*last))
+			*last = time.Now()
+			s.Tokens = append(s.Tokens, strings.Fields(*ch.Delta.Content)...)
+			if progress != nil {
+				progress(len(s.Tokens))
+			}
+		}
+		if ch.FinishReason != nil {
+			s.Finishes++
+		}
+	}
+	return nil
 }
 
 // Whole reports whether s is one unbroken answer of n tokens: tok0…tok(n-1)

@@ -1,0 +1,170 @@
+package fronttest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// OpenAINode is the version of the official OpenAI Node SDK (npm package
+// "openai") the harness installs: the 4.x line runs on Debian 12's
+// nodejs 18 (5.x and later want a newer node).
+const OpenAINode = "4.104.0"
+
+//go:embed testdata/openai_stream.mjs
+var openaiStream []byte
+
+// Node streams chat completions through the official OpenAI Node SDK, the
+// client most users of an OpenAI URL have: a script (testdata/
+// openai_stream.mjs) run by node, the package installed by npm into a
+// cache directory outside the repository (never committed).
+type Node struct {
+	node   string // the node binary
+	script string // the script, in the directory holding node_modules/openai
+}
+
+// NeedNode returns the harness, installing the SDK at its first use on
+// this machine. Without node or npm the test is skipped with a message
+// saying what to install, except under CI (CI set), where it fails:
+// .ci/run installs them.
+func NeedNode(t testing.TB) *Node {
+	t.Helper()
+	missing := func(what string) {
+		t.Helper()
+		msg := what + ": the OpenAI Node SDK check needs node and npm (Debian: apt-get install nodejs npm)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing("no node")
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		missing("no npm")
+	}
+	dir, err := installOpenAI(npm)
+	if err != nil {
+		missing(err.Error())
+	}
+	script := filepath.Join(dir, "openai_stream.mjs")
+	if b, _ := os.ReadFile(script); !bytes.Equal(b, openaiStream) {
+		if err := os.WriteFile(script, openaiStream, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Node{node: node, script: script}
+}
+
+// installOpenAI installs the SDK into <user cache>/slurm-llm/openai-node-
+// VERSION once (into a temporary directory renamed into place, so that a
+// run cut short leaves nothing half made) and returns that directory.
+func installOpenAI(npm string) (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	root := filepath.Join(cache, "slurm-llm")
+	dir := filepath.Join(root, "openai-node-"+OpenAINode)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", fmt.Errorf("install the OpenAI Node SDK: %w", err)
+	}
+	tmp, err := os.MkdirTemp(root, "openai-node-*")
+	if err != nil {
+		return "", fmt.Errorf("install the OpenAI Node SDK: %w", err)
+	}
+	defer os.RemoveAll(tmp) // after the rename: nothing left
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", tmp, "openai@"+OpenAINode)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("npm install openai@%s: %w\n%s", OpenAINode, err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, os.ErrExist) {
+		if _, serr := os.Stat(filepath.Join(dir, "node_modules", "openai")); serr != nil {
+			return "", fmt.Errorf("install the OpenAI Node SDK: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// StreamChat streams one chat completion for model from base (the front
+// door's root URL) through the SDK and reads it to its end, as
+// fronttest.StreamChat does over HTTP: the SDK's chunks are the stream's
+// events, its normal end is Done, an error it throws (an in-stream error
+// event, a failed request) is ErrEvent. The SDK shows no SSE comments.
+// progress, if set, gets the token count as it grows.
+func (n *Node) StreamChat(base, model string, maxTokens int, progress func(int)) Seen {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.node, n.script, base, model, fmt.Sprint(maxTokens))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	s := Seen{IDs: map[string]bool{}}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	if err := cmd.Start(); err != nil {
+		s.Err = fmt.Errorf("start node: %w", err)
+		return s
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	last := time.Now()
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, `{"end":`) {
+			s.Done = true
+			continue
+		}
+		if err := s.event(line, &last, progress); err != nil {
+			s.Err = err
+			break
+		}
+	}
+	werr := cmd.Wait()
+	if s.Err == nil && werr != nil && s.ErrEvent == "" {
+		s.Err = fmt.Errorf("node: %w: %s", werr, strings.TrimSpace(stderr.String()))
+	}
+	return s
+}
+
+// CurlStream streams one chat completion for model from base with curl
+// (-N: no buffering), reading its output as fronttest.StreamChat does.
+func CurlStream(base, model string, maxTokens int, progress func(int)) Seen {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "curl", "-sS", "-N", "-H", "Content-Type: application/json",
+		"--data-binary", "@-", base+"/v1/chat/completions")
+	cmd.Stdin = strings.NewReader(ChatBody(model, maxTokens))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return Seen{IDs: map[string]bool{}, Err: err}
+	}
+	if err := cmd.Start(); err != nil {
+		return Seen{IDs: map[string]bool{}, Err: fmt.Errorf("start curl: %w", err)}
+	}
+	s := ReadSSE(out, progress)
+	if err := cmd.Wait(); err != nil && s.Err == nil {
+		s.Err = fmt.Errorf("curl: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return s
+}
