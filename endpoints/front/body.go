@@ -18,6 +18,10 @@ type reqKeys struct {
 	stream  bool
 	// What continuation looks at (refusedBecause).
 	n, logprobs, topLogprobs, nProbs, grammar, jsonSchema, responseFormat []byte
+	// streamOptions is "stream_options" (a chat stream's usage chunk is
+	// asked there), at its offset; -1 when absent.
+	streamOptions   []byte
+	streamOptionsAt int
 }
 
 // Errors of a body the front door cannot route.
@@ -31,7 +35,7 @@ var (
 // is one naming "model" or "stream" twice (which one a parser keeps is its
 // own choice: the front door and the head could read different models).
 func readKeys(body []byte) (reqKeys, error) {
-	k := reqKeys{modelAt: -1}
+	k := reqKeys{modelAt: -1, streamOptionsAt: -1}
 	var dup string
 	var streamSeen bool
 	err := eachKey(body, func(key, val []byte, at int) bool {
@@ -62,6 +66,8 @@ func readKeys(body []byte) (reqKeys, error) {
 			k.jsonSchema = val
 		case keyIs(key, "response_format"):
 			k.responseFormat = val
+		case keyIs(key, "stream_options"):
+			k.streamOptions, k.streamOptionsAt = val, at
 		}
 		return true
 	})
@@ -85,24 +91,64 @@ func (k reqKeys) modelName() (string, bool) {
 	return stringValue(k.model)
 }
 
+// usageAsked reports whether a chat stream's request asks for its usage
+// chunk (stream_options.include_usage).
+func (k reqKeys) usageAsked() bool {
+	asked := false
+	_ = eachKey(k.streamOptions, func(key, val []byte, _ int) bool {
+		if keyIs(key, "include_usage") {
+			asked = string(val) == "true"
+		}
+		return true
+	})
+	return asked
+}
+
+// askUsage returns the body of a chat stream with
+// stream_options.include_usage set: the head then ends the stream with the
+// answer's usage, the only exact count of its tokens (the front door
+// drops that chunk from a client that did not ask for it).
+func askUsage(body []byte, k reqKeys) []byte {
+	if k.streamOptionsAt < 0 {
+		return insertKey(body, "stream_options", []byte(`{"include_usage":true}`))
+	}
+	var opts map[string]json.RawMessage
+	if json.Unmarshal(k.streamOptions, &opts) != nil || opts == nil {
+		return body // not an object: the head's to refuse
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	raw, _ := json.Marshal(opts)
+	return replaceAt(body, k.streamOptionsAt, len(k.streamOptions), raw)
+}
+
+// insertKey returns the object body with key: raw added first.
+func insertKey(body []byte, key string, raw []byte) []byte {
+	open := skipWS(body, 0) + 1 // readKeys made sure it is '{'
+	q, _ := json.Marshal(key)
+	out := make([]byte, 0, len(body)+len(q)+len(raw)+2)
+	out = append(out, body[:open]...)
+	out = append(append(append(out, q...), ':'), raw...)
+	if i := skipWS(body, open); i < len(body) && body[i] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body[open:]...)
+}
+
+// replaceAt returns body with the n bytes at offset at replaced by raw.
+func replaceAt(body []byte, at, n int, raw []byte) []byte {
+	out := make([]byte, 0, len(body)-n+len(raw))
+	out = append(out, body[:at]...)
+	out = append(out, raw...)
+	return append(out, body[at+n:]...)
+}
+
 // setModel returns the body with its "model" set to name (an alias, or
 // the default model, becomes the name the head serves): the value's bytes
 // are replaced, or the key added first; nothing else of the body changes.
 func setModel(body []byte, k reqKeys, name string) []byte {
 	q, _ := json.Marshal(name)
 	if k.modelAt >= 0 {
-		out := make([]byte, 0, len(body)-len(k.model)+len(q))
-		out = append(out, body[:k.modelAt]...)
-		out = append(out, q...)
-		return append(out, body[k.modelAt+len(k.model):]...)
+		return replaceAt(body, k.modelAt, len(k.model), q)
 	}
-	open := skipWS(body, 0) + 1 // readKeys made sure it is '{'
-	out := make([]byte, 0, len(body)+len(q)+10)
-	out = append(out, body[:open]...)
-	out = append(out, `"model":`...)
-	out = append(out, q...)
-	if skipWS(body, open) < len(body) && body[skipWS(body, open)] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, body[open:]...)
+	return insertKey(body, "model", q)
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A stream cut before its end (its head stopped by a drain's deadline,
@@ -133,6 +135,13 @@ type splicer struct {
 	cutAt       time.Time
 	heads       []string
 
+	// Token timing (llm_front_time_to_first_token_seconds and
+	// llm_front_inter_token_seconds): the last token's time, zero before
+	// the first and after a continuation's gap.
+	lastToken     time.Time
+	ttft, itl     prometheus.Observer
+	firstObserved bool
+
 	closeOnce sync.Once
 }
 
@@ -147,6 +156,8 @@ func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
 	if c.head != nil {
 		sp.heads = append(sp.heads, c.head.addr)
 	}
+	sp.ttft = s.metrics.ttft.WithLabelValues(c.tier, c.model)
+	sp.itl = s.metrics.itl.WithLabelValues(c.tier, c.model)
 	return sp
 }
 
@@ -170,7 +181,20 @@ func (sp *splicer) Read(p []byte) (int, error) {
 			sp.streamEnded(err)
 		}
 	}
+	// The events the head sent together (a burst of tokens in one read)
+	// go on together: one write to the client, as nginx would.
+	for sp.out.Len() < len(p) && !sp.end && sp.cur != nil && sp.eventBuffered() {
+		sp.ev, _ = readEvent(sp.rd, sp.ev[:0])
+		sp.take(sp.ev)
+	}
 	return sp.out.Read(p)
+}
+
+// eventBuffered reports whether a whole event is already read from the
+// head, so that taking it does not wait.
+func (sp *splicer) eventBuffered() bool {
+	b, _ := sp.rd.Peek(sp.rd.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
 }
 
 // readEvent appends one SSE event (up to and with its blank line) to ev;
@@ -374,6 +398,7 @@ func (sp *splicer) start(h *head, why string) bool {
 	sp.releaseHead()
 	sp.head, sp.cur, sp.rd = h, resp.Body, bufio.NewReaderSize(resp.Body, 16<<10)
 	sp.spliced, sp.beforeSplit, sp.echo = true, sp.tokens, string(sp.content)
+	sp.lastToken = time.Time{} // the pause is llm_front_continuation_pause_seconds', not a token's
 	fmt.Fprintf(&sp.out, ": slurm-llm: continued on %s %s (%s)\n\n", sp.c.tier, h.addr, oneLine(why))
 	sp.s.metrics.continued.WithLabelValues(sp.c.tier, resultContinued).Inc()
 	sp.s.metrics.pause.WithLabelValues(sp.c.tier).Observe(sp.s.now().Sub(sp.cutAt).Seconds())
@@ -527,7 +552,7 @@ func (sp *splicer) fail(result, why string) {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "the answer was cut: " + why,
 		"type": "server_error", "code": http.StatusBadGateway}})
 	fmt.Fprintf(&sp.out, "data: %s\n\n", b)
-	sp.c.outcome, sp.c.why = OutcomeCut, why
+	sp.c.outcome, sp.c.why, sp.c.finish = OutcomeCut, why, finishCut
 	sp.end = true
 }
 
@@ -571,7 +596,7 @@ func (sp *splicer) take(ev []byte) {
 	case e.failed:
 		// The head ended the answer with an error of its own: its
 		// answer's end, not a cut to continue.
-		sp.finished = true
+		sp.finished, sp.c.finish = true, finishError
 		sp.out.Write(ev)
 		return
 	case e.data == nil:
@@ -597,7 +622,12 @@ type chunkInfo struct {
 	// strings); finish is set when any choice has a finish reason.
 	content, reasoning []byte
 	toolCall, finish   bool
-	failed             bool // an "error" key: the head's own end
+	finishReason       []byte // the first finish reason (raw)
+	failed             bool   // an "error" key: the head's own end
+	// usage is the chunk's usage (raw); usageOnly is set for the chunk
+	// that holds it alone ("choices": []).
+	usage     []byte
+	usageOnly bool
 }
 
 // scanChat reads a chat chunk's keys; ok is false when data is not a JSON
@@ -606,6 +636,7 @@ func scanChat(data []byte) (ci chunkInfo, ok bool) {
 	err := eachKey(data, func(key, val []byte, _ int) bool {
 		switch {
 		case keyIs(key, "choices"):
+			ci.usageOnly = string(bytes.TrimSpace(val)) == "[]"
 			first := true
 			eachElem(val, func(choice []byte) bool {
 				_ = eachKey(choice, func(key, val []byte, _ int) bool {
@@ -622,8 +653,11 @@ func scanChat(data []byte) (ci chunkInfo, ok bool) {
 							}
 							return true
 						})
-					case keyIs(key, "finish_reason"):
-						ci.finish = ci.finish || !isNull(val)
+					case keyIs(key, "finish_reason") && !isNull(val):
+						if !ci.finish {
+							ci.finishReason = val
+						}
+						ci.finish = true
 					}
 					return true
 				})
@@ -638,9 +672,12 @@ func scanChat(data []byte) (ci chunkInfo, ok bool) {
 			ci.created = val
 		case keyIs(key, "error"):
 			ci.failed = true
+		case keyIs(key, "usage") && !isNull(val):
+			ci.usage = val
 		}
 		return true
 	})
+	ci.usageOnly = ci.usageOnly && ci.usage != nil
 	return ci, err == nil
 }
 
@@ -660,7 +697,7 @@ func (sp *splicer) takeChat(ev, data []byte) {
 	if !sp.spliced {
 		ci, ok := scanChat(data)
 		if ok && ci.failed {
-			sp.finished = true // the head's own error: its answer's end
+			sp.finished, sp.c.finish = true, finishError // the head's own error: its answer's end
 		}
 		if ok && !ci.failed {
 			if sp.id == "" {
@@ -669,6 +706,13 @@ func (sp *splicer) takeChat(ev, data []byte) {
 				sp.created = bytes.Clone(ci.created)
 			}
 			sp.note(ci.content, ci.reasoning, ci.toolCall, ci.finish)
+			sp.noteFinish(ci.finishReason)
+			if ci.usage != nil {
+				sp.c.takeUsage(ci.usage)
+				if ci.usageOnly && sp.c.usageAsked {
+					return // asked by the front door, not by the client
+				}
+			}
 		}
 		sp.out.Write(ev)
 		return
@@ -679,11 +723,18 @@ func (sp *splicer) takeChat(ev, data []byte) {
 		return
 	}
 	if _, failed := obj["error"]; failed {
-		sp.finished = true
+		sp.finished, sp.c.finish = true, finishError
 		sp.out.Write(ev)
 		return
 	}
 	sp.spliceChat(obj)
+}
+
+// noteFinish records a chunk's finish reason.
+func (sp *splicer) noteFinish(raw []byte) {
+	if r, ok := stringValue(raw); ok && r != "" {
+		sp.c.finish = r
+	}
 }
 
 // spliceChat rewrites a continuation's chunk into the first answer's: its
@@ -710,6 +761,9 @@ func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 			}
 		}
 		finish := !isNull(ch["finish_reason"])
+		if finish {
+			sp.noteFinish(ch["finish_reason"])
+		}
 		if len(delta) == 0 && !finish {
 			continue // only the role, or only the echo
 		}
@@ -725,25 +779,43 @@ func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 	sp.restamp(obj)
 	if u, ok := obj["usage"]; ok && !isNull(u) {
 		obj["usage"] = sp.usage(u)
+		sp.c.takeUsage(obj["usage"])
+		if len(raw) == 0 && sp.c.usageAsked {
+			return // asked by the front door, not by the client
+		}
 	}
 	sp.emit(obj)
 }
 
 // note records a delta the client receives (raw JSON strings).
 func (sp *splicer) note(content, reasoning []byte, toolCall, finished bool) {
-	if appendText(&sp.content, content) {
+	text := appendText(&sp.content, content)
+	if appendText(&sp.reasoning, reasoning) || text {
 		sp.tokens++
-	}
-	if appendText(&sp.reasoning, reasoning) {
-		sp.tokens++
+		sp.tokenSeen()
 	}
 	sp.toolCall = sp.toolCall || toolCall
 	sp.finished = sp.finished || finished
 }
 
-// takeRaw handles one /completion event.
+// tokenSeen times a token reaching the client: the first from the
+// request's sending to its head, the others from the one before.
+func (sp *splicer) tokenSeen() {
+	now := sp.s.now()
+	switch {
+	case !sp.firstObserved:
+		sp.firstObserved = true
+		sp.ttft.Observe(now.Sub(sp.c.dispatched).Seconds())
+	case !sp.lastToken.IsZero():
+		sp.itl.Observe(now.Sub(sp.lastToken).Seconds())
+	}
+	sp.lastToken = now
+}
+
+// takeRaw handles one /completion event; its last one (stop) carries
+// the answer's tokens and why it stopped.
 func (sp *splicer) takeRaw(ev, data []byte) {
-	var content, failed []byte
+	var content, failed, predicted, evaluated, stopType []byte
 	var stop bool
 	err := eachKey(data, func(key, val []byte, _ int) bool {
 		switch {
@@ -753,18 +825,36 @@ func (sp *splicer) takeRaw(ev, data []byte) {
 			stop = string(val) == "true"
 		case keyIs(key, "error"):
 			failed = val
+		case keyIs(key, "tokens_predicted"):
+			predicted = val
+		case keyIs(key, "tokens_evaluated"):
+			evaluated = val
+		case keyIs(key, "stop_type"):
+			stopType = val
 		}
 		return true
 	})
 	if err != nil || failed != nil {
-		sp.finished = sp.finished || failed != nil
+		if failed != nil {
+			sp.finished, sp.c.finish = true, finishError
+		}
 		sp.out.Write(ev)
 		return
 	}
 	if appendText(&sp.content, content) {
 		sp.tokens++
+		sp.tokenSeen()
 	}
-	sp.finished = sp.finished || stop
+	if stop {
+		sp.finished = true
+		sp.c.finish = rawFinish(stopType)
+		p, _ := numberValue(evaluated)
+		n, _ := numberValue(predicted)
+		if sp.spliced {
+			p, n = max(p-float64(sp.beforeSplit), 0), n+float64(sp.beforeSplit)
+		}
+		sp.c.prompt, sp.c.completion, sp.c.counted = int(p), int(n), predicted != nil
+	}
 	if !sp.spliced {
 		sp.out.Write(ev)
 		return
@@ -784,6 +874,15 @@ func (sp *splicer) takeRaw(ev, data []byte) {
 		obj["model"], _ = json.Marshal(sp.model)
 	}
 	sp.emit(obj)
+}
+
+// rawFinish is a /completion's stop_type as a chat finish reason: "limit"
+// (n_predict reached) is "length", an end of stream or a stop word "stop".
+func rawFinish(stopType []byte) string {
+	if t, _ := stringValue(stopType); t == "limit" {
+		return finishLength
+	}
+	return finishStop
 }
 
 // restamp gives a continuation's chunk the first answer's id, created and

@@ -85,6 +85,15 @@ type call struct {
 	// because the head drained; heads are the heads that served it.
 	continued, moved int
 	heads            []string
+	// What the answer says of itself: its tokens (usage, or a
+	// /completion's last event; a continued answer's as one answer), its
+	// finish reason ("error" for a head's error event); usageAsked is set
+	// when the front door asked a chat stream's head for its usage chunk
+	// on its own (the client then does not get that chunk).
+	prompt, completion int
+	counted            bool
+	finish             string
+	usageAsked         bool
 }
 
 // written runs onWritten, if set.
@@ -190,6 +199,13 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if name != asked && (pinned == "" || asked == "") {
 		c.body = setModel(c.body, keys, name)
 		if keys, err = readKeys(c.body); err != nil { // offsets moved
+			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+			return false
+		}
+	}
+	if kindOf(c.path) == streamChat && keys.stream && !keys.usageAsked() {
+		c.body, c.usageAsked = askUsage(c.body, keys), true
+		if keys, err = readKeys(c.body); err != nil {
 			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 			return false
 		}
@@ -380,6 +396,7 @@ func (s *Server) finish(c *call) {
 		model = "" // never a client's string as a label
 	}
 	s.metrics.request(tier, model, c.outcome).Inc()
+	s.countAnswer(c)
 	if c.held > 0 {
 		s.metrics.held.WithLabelValues(tier).Observe(c.held.Seconds())
 	}

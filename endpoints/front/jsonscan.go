@@ -34,17 +34,23 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index after the string starting at b[i] ('"').
+// skipString returns the index after the string starting at b[i] ('"'):
+// the next quote not escaped (preceded by an even number of backslashes).
 func skipString(b []byte, i int) (int, error) {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
+	for j := i + 1; ; j++ {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return 0, errJSON
+		}
+		j += k
+		n := 0
+		for m := j - 1; m > i && b[m] == '\\'; m-- {
+			n++
+		}
+		if n%2 == 0 {
 			return j + 1, nil
 		}
 	}
-	return 0, errJSON
 }
 
 // skipValue returns the index after the value starting at b[i].

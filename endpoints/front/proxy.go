@@ -159,9 +159,15 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				return errHeadUnavailable
 			}
 			resp.Header.Set(TierHeader, c.head.tier)
-			if c.kind != streamNone && !c.backup && resp.StatusCode == http.StatusOK &&
-				strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				resp.Body = s.newSplicer(c, resp.Body)
+			switch {
+			case resp.StatusCode >= http.StatusBadRequest:
+				c.finish = finishError
+			case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
+				if c.kind != streamNone && !c.backup && resp.StatusCode == http.StatusOK {
+					resp.Body = s.newSplicer(c, resp.Body)
+				}
+			default:
+				resp.Body = newSniffer(c, resp.Body)
 			}
 			return nil
 		},

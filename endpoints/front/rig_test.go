@@ -337,10 +337,16 @@ func (o *sendOrder) order() []string {
 	return append([]string(nil), o.tags...)
 }
 
-func newRig(t testing.TB, edit func(*upstreams.FrontConfig)) *rig {
+// testConfig is [front] with its defaults and the tiers fast and reasoning.
+func testConfig() upstreams.FrontConfig {
 	cfg := upstreams.DefaultFrontConfig()
 	cfg.Tiers["fast"] = upstreams.DefaultFrontTier
 	cfg.Tiers["reasoning"] = upstreams.DefaultFrontTier
+	return cfg
+}
+
+func newRig(t testing.TB, edit func(*upstreams.FrontConfig)) *rig {
+	cfg := testConfig()
 	if edit != nil {
 		edit(&cfg)
 	}
