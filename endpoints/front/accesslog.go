@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"slurm-llm/endpoints/access"
 )
 
 // accessQueue is how many access lines may wait for the writer; past it,
@@ -26,6 +28,10 @@ type accessEntry struct {
 	outcome           string
 	continued, moved  int
 	why               string
+	id                access.Identity
+	prompt            int
+	completion        int
+	counted           bool
 }
 
 // accessLog writes access lines from a goroutine of its own: a request
@@ -38,13 +44,17 @@ type accessLog struct {
 	dropped func()
 	// added and written count entries, for flush.
 	added, written atomic.Int64
-	done           chan struct{}
+	// stop ends the writer (close), done says it has ended; a request that
+	// ends after close (a stream the shutdown's grace did not wait for)
+	// has its line dropped, counted.
+	stop, done chan struct{}
+	closed     atomic.Bool
 }
 
 // newAccessLog starts the writer of lines to w; dropped is called for each
 // line lost.
 func newAccessLog(w io.Writer, dropped func()) *accessLog {
-	a := &accessLog{w: w, ch: make(chan accessEntry, accessQueue), dropped: dropped, done: make(chan struct{})}
+	a := &accessLog{w: w, ch: make(chan accessEntry, accessQueue), dropped: dropped, stop: make(chan struct{}), done: make(chan struct{})}
 	go a.run()
 	return a
 }
@@ -52,6 +62,11 @@ func newAccessLog(w io.Writer, dropped func()) *accessLog {
 // add queues e's line, or drops it when the queue is full.
 func (a *accessLog) add(e accessEntry) {
 	a.added.Add(1)
+	if a.closed.Load() {
+		a.written.Add(1)
+		a.dropped()
+		return
+	}
 	select {
 	case a.ch <- e:
 	default:
@@ -60,30 +75,45 @@ func (a *accessLog) add(e accessEntry) {
 	}
 }
 
-// run writes queued lines, as many at a time as are waiting, until close.
+// run writes queued lines, as many at a time as are waiting, until close;
+// then what is queued.
 func (a *accessLog) run() {
 	defer close(a.done)
 	var b bytes.Buffer
-	for e := range a.ch {
-		b.Reset()
-		n := int64(1)
-		e.format(&b)
-	more:
-		for b.Len() < 64<<10 {
-			select {
-			case e, ok := <-a.ch:
-				if !ok {
-					break more
+	for {
+		select {
+		case e := <-a.ch:
+			a.write(&b, e)
+		case <-a.stop:
+			for {
+				select {
+				case e := <-a.ch:
+					a.write(&b, e)
+				default:
+					return
 				}
-				e.format(&b)
-				n++
-			default:
-				break more
 			}
 		}
-		_, _ = a.w.Write(b.Bytes())
-		a.written.Add(n)
 	}
+}
+
+// write writes e's line and the lines queued behind it, in one write.
+func (a *accessLog) write(b *bytes.Buffer, e accessEntry) {
+	b.Reset()
+	n := int64(1)
+	e.format(b)
+	for b.Len() < 64<<10 {
+		select {
+		case e := <-a.ch:
+			e.format(b)
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	_, _ = a.w.Write(b.Bytes())
+	a.written.Add(n)
 }
 
 // flush waits until every line added so far was written (or dropped), at
@@ -96,10 +126,12 @@ func (a *accessLog) flush(d time.Duration) {
 	}
 }
 
-// close writes what is queued and stops the writer; nothing may be added
-// after it.
+// close writes what is queued and stops the writer; a line added after
+// it is dropped (counted).
 func (a *accessLog) close() {
-	close(a.ch)
+	if a.closed.CompareAndSwap(false, true) {
+		close(a.stop)
+	}
 	<-a.done
 }
 
@@ -109,6 +141,11 @@ func (e *accessEntry) format(b *bytes.Buffer) {
 		e.start.UTC().Format("2006-01-02T15:04:05.000Z"), echo(e.method), strconv.Quote(echo(e.path)), e.status,
 		orDash(e.tier), strconv.Quote(e.model), e.head, e.held.Milliseconds(), e.duration.Milliseconds(), e.bytesIn,
 		e.bytesOut, e.attempts, e.outcome)
+	b.WriteByte(' ')
+	b.WriteString(e.id.LogFields())
+	if e.counted {
+		fmt.Fprintf(b, " prompt_tokens=%d completion_tokens=%d", e.prompt, e.completion)
+	}
 	if e.continued > 0 {
 		fmt.Fprintf(b, " continued=%d moved=%d", e.continued, e.moved)
 	}

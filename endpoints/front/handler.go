@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -94,6 +95,10 @@ type call struct {
 	counted            bool
 	finish             string
 	usageAsked         bool
+	// id is who sent it; admitted and tracked are set once the user's
+	// limits and fair share count it (until finish).
+	id                access.Identity
+	admitted, tracked bool
 }
 
 // written runs onWritten, if set.
@@ -131,15 +136,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodOptions:
 		s.options(w, r, c)
 		return
+	case path == "/health":
+		s.answer(w, c, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
+		return
+	case s.keysPath(path):
+		sw := &statusWriter{ResponseWriter: w}
+		s.opts.Access.Keys.ServeHTTP(sw, r)
+		c.status, c.outcome = sw.code(), OutcomeAnswered
+		return
+	case !s.identify(w, r, c):
+		return
 	case path == "/v1/models" || path == "/models":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			s.reject(w, c, http.StatusMethodNotAllowed, "invalid_request_error", "use GET", nil)
 			return
 		}
 		s.answer(w, c, http.StatusOK, mergedModels(s.tab.Load(), s.tierOf, pinned))
-		return
-	case path == "/health":
-		s.answer(w, c, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 		return
 	case !proxied[path]:
 		s.reject(w, c, http.StatusNotFound, "invalid_request_error", "unknown path "+strconv.Quote(echo(r.URL.Path)), nil)
@@ -216,6 +228,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 		return false
 	}
 	c.tier, c.model, c.keys, c.stream = tier, name, keys, keys.stream
+	if !s.admit(w, c) {
+		return false
+	}
 	c.deadline = c.start.Add(hold)
 	c.ctx = r.Context()
 	if c.stream {
@@ -397,6 +412,7 @@ func (s *Server) finish(c *call) {
 	}
 	s.metrics.request(tier, model, c.outcome).Inc()
 	s.countAnswer(c)
+	s.account(c)
 	if c.held > 0 {
 		s.metrics.held.WithLabelValues(tier).Observe(c.held.Seconds())
 	}
@@ -412,7 +428,8 @@ func (s *Server) finish(c *call) {
 	}
 	s.access.add(accessEntry{start: c.start, method: c.method, path: c.urlPath, status: c.status, tier: tier, model: model,
 		head: head, held: c.held, duration: s.now().Sub(c.start), bytesIn: c.size, bytesOut: c.bytesOut,
-		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, why: c.why})
+		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, why: c.why,
+		id: c.id, prompt: c.prompt, completion: c.completion, counted: c.counted})
 }
 
 // cors marks the answer to a browser whose origin is allowed
@@ -461,3 +478,25 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) code() int { return max(w.status, http.StatusOK) }

@@ -45,6 +45,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 			return
 		}
+		s.begin(c)
 		if s.attempt(w, r, c, h) {
 			return
 		}
@@ -268,7 +269,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) bool {
 	if tier == "" || tier == c.tier {
 		return false
 	}
-	h := s.pick(s.tab.Load(), tier, name)
+	h, _ := s.pick(s.tab.Load(), tier, name)
 	if h == nil {
 		return false
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -28,6 +29,10 @@ type Options struct {
 	Metrics   *Metrics
 	// Transport carries requests to the heads (tests inject faults).
 	Transport http.RoundTripper
+	// Access says who sent a request, applies the users' limits and fair
+	// share, and records their use (issue 28); nil: nobody is known,
+	// nothing limited, held requests go in arrival order.
+	Access *access.Access
 }
 
 // Server is the front door: an http.Handler routing by model over the
@@ -91,6 +96,9 @@ func New(cfg upstreams.FrontConfig, opts Options) *Server {
 	s.rp = s.newProxy()
 	if opts.AccessLog != nil {
 		s.access = newAccessLog(opts.AccessLog, func() { s.metrics.accessDropped.Inc() })
+	}
+	if opts.Access != nil {
+		s.metrics.reg.MustRegister(opts.Access.Collectors()...)
 	}
 	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second), now: opts.Now}
 	return s
