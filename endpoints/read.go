@@ -245,3 +245,31 @@ func Parse(b []byte) (Endpoint, error) {
 	}
 	return e, nil
 }
+
+// PublicRule is the rule a refused file broke, in fixed words, for what
+// anyone may read (a tier's 503, its view's reason): which check failed,
+// never what the file says. A reason (Rejected.Reason, a read error) may
+// quote the file's content, which anyone who can write the shared
+// directory chooses; it stays in the logs and the operator's status.
+func PublicRule(reason string) string {
+	for _, r := range publicRules {
+		if strings.HasPrefix(reason, r.prefix) {
+			return r.rule
+		}
+	}
+	return "its content is not a valid endpoint file"
+}
+
+// publicRules map the fixed first words of the readers' reasons (ReadDir's
+// and the watcher's cached scan say the same) to their rules.
+var publicRules = []struct{ prefix, rule string }{
+	{"is a symlink", "it is a symlink"},
+	{"not a regular file", "it is not a regular file"},
+	{"writable by group or others", "others can write it"},
+	{"owned by uid", "its owner is not an allowed owner"},
+	{"larger than", "it is larger than max_file_size"},
+	{"open:", "it cannot be read"},
+	{"read:", "it cannot be read"},
+	{"stat:", "it cannot be read"},
+	{"file name does not match content", "its name does not match its tier and job id"},
+}

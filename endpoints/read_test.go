@@ -255,3 +255,25 @@ func assertSafeRender(t *testing.T, ups []Upstream) {
 		}
 	}
 }
+
+// TestPublicRule: what the public 503 says of a refused file is a fixed
+// rule, never the file's words (a heartbeat of `127.0.0.1:1; } server
+// PWNED:80; #` was quoted into every client's 503).
+func TestPublicRule(t *testing.T) {
+	for _, tc := range []struct{ reason, want string }{
+		{`parse: parsing time "127.0.0.1:1; } server PWNED:80; #" as "2006-01-02T15:04:05Z07:00": cannot parse`, "its content is not a valid endpoint file"},
+		{`invalid: tier "PWNED": want 1-32 characters of [a-z0-9_-]`, "its content is not a valid endpoint file"},
+		{"is a symlink", "it is a symlink"},
+		{"not a regular file (p---------)", "it is not a regular file"},
+		{"writable by group or others (mode 0o666)", "others can write it"},
+		{"owned by uid 1001, not an allowed owner", "its owner is not an allowed owner"},
+		{"larger than 65536 bytes (70000)", "it is larger than max_file_size"},
+		{"open: permission denied", "it cannot be read"},
+		{"file name does not match content: want fast-12.json", "its name does not match its tier and job id"},
+		{"anything else a reader may say one day", "its content is not a valid endpoint file"},
+	} {
+		if got := PublicRule(tc.reason); got != tc.want {
+			t.Errorf("PublicRule(%q) = %q, want %q", tc.reason, got, tc.want)
+		}
+	}
+}

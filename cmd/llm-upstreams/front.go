@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/cmd/internal/journal"
+	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/upstreams"
 )
@@ -32,12 +33,18 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 		log.Error("config: [front] listen is not set; the front door has nowhere to listen", "config", path)
 		return exitUsage
 	}
-	access, closeAccess, err := openAccessLog(cfg.Front.AccessLog)
+	accessOut, closeAccess, err := openAccessLog(cfg.Front.AccessLog)
 	if err != nil {
 		log.Error("access log", "error", err)
 		return exitUsage
 	}
 	defer closeAccess()
+	users, err := access.New(cfg.Front, access.Options{Log: log.Named("access")})
+	if err != nil {
+		log.Error("config: who uses the front door ([front.auth], [front.usage])", "error", err)
+		return exitUsage
+	}
+	defer users.Close() // after the last request's record
 	ln, err := net.Listen("tcp", cfg.Front.Listen)
 	if err != nil {
 		log.Error("front door", "error", err)
@@ -51,7 +58,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 	hup := make(chan struct{}, 1)
 	go forwardSignals(ctx, sigs, cancel, hup, log)
 
-	fd := front.New(cfg.Front, front.Options{Log: log.Named("front"), AccessLog: access})
+	fd := front.New(cfg.Front, front.Options{Log: log.Named("front"), AccessLog: accessOut, Access: users})
 	first := make(chan struct{})
 	routes := func(rep upstreams.Report) {
 		fd.Update(rep)
@@ -78,6 +85,9 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 			LoadConfig: func() (upstreams.Config, error) {
 				c, err := upstreams.Load(path)
 				if err == nil {
+					if rerr := users.Reload(c.Front); rerr != nil {
+						log.Error("reload: the static keys file; the last good keys stay", "error", rerr)
+					}
 					fd.SetConfig(c.Front)
 					warnContinuation(upstreams.New(c, upstreams.Options{}).ContinueFacts(), log)
 				}
@@ -109,6 +119,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 	sctx, stop := context.WithTimeout(context.Background(), frontShutdownGrace)
 	defer stop()
 	_ = srv.Shutdown(sctx)
+	fd.Close() // the access lines still queued
 	if err != nil {
 		log.Error("front door", "error", err)
 		return exitFailed

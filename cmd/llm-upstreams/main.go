@@ -350,6 +350,9 @@ func runStatus(cfg upstreams.Config, o options, log hclog.Logger, stdout io.Writ
 		log.Error("status", "error", err)
 		return exitFailed
 	}
+	if !o.asJSON {
+		writeFrontUsers(ctx, stdout, cfg.Front.MetricsListen)
+	}
 	path := cfg.KeeperConfig
 	if o.keeperConfig != nil {
 		path = *o.keeperConfig

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A stream cut before its end (its head stopped by a drain's deadline,
@@ -60,29 +62,45 @@ func kindOf(path string) streamKind {
 }
 
 // refusedBecause says why a request's stream will not be continued, from
-// its body alone; "" when it may be.
-func refusedBecause(kind streamKind, body map[string]json.RawMessage) string {
+// its body's keys alone; "" when it may be. What does not constrain the
+// answer does not refuse it: "grammar": "", "response_format": {"type":
+// "text"}, "logprobs": false.
+func refusedBecause(kind streamKind, k reqKeys) string {
 	if kind == streamNone {
 		return "only /v1/chat/completions and /completion streams are continued"
 	}
-	num := func(key string) float64 {
-		var v float64
-		_ = json.Unmarshal(body[key], &v)
-		return v
-	}
-	truthy := func(key string) bool {
-		raw, ok := body[key]
-		return ok && string(raw) != "false" && string(raw) != "null" && string(raw) != "0"
-	}
+	num := func(raw []byte) float64 { f, _ := numberValue(raw); return f }
 	switch {
-	case num("n") > 1:
+	case num(k.n) > 1:
 		return "it asks for more than one choice (n)"
-	case truthy("logprobs") || num("n_probs") > 0 || truthy("top_logprobs"):
+	case string(k.logprobs) == "true" || num(k.logprobs) > 0 || num(k.nProbs) > 0 || num(k.topLogprobs) > 0:
 		return "it asks for logprobs, whose continuity cannot be promised"
-	case truthy("grammar") || truthy("json_schema") || truthy("response_format"):
+	case constrains(k.grammar) || constrains(k.jsonSchema) || formatConstrains(k.responseFormat):
 		return "structured output (a grammar, a JSON schema, a response_format) is not continued: its grammar would start over mid-answer"
 	}
 	return ""
+}
+
+// constrains reports whether a grammar or schema value constrains the
+// answer: anything but absent, null, false, "" or {}.
+func constrains(raw []byte) bool {
+	switch string(bytes.Join(bytes.Fields(raw), nil)) {
+	case "", "null", "false", `""`, "{}":
+		return false
+	}
+	return true
+}
+
+// formatConstrains reports whether a response_format constrains the
+// answer: any but {"type": "text"} (or none).
+func formatConstrains(raw []byte) bool {
+	if isNull(raw) {
+		return false
+	}
+	var f struct {
+		Type string `json:"type"`
+	}
+	return !(json.Unmarshal(raw, &f) == nil && f.Type == "text")
 }
 
 // splicer is the client's view of a streamed answer: the head's body,
@@ -93,29 +111,36 @@ type splicer struct {
 	c      *call
 	ctx    context.Context
 	kind   streamKind
-	body   map[string]json.RawMessage // the request, to send again
-	refuse string                     // why it is not continued; "" when it may be
+	refuse string // why it is not continued; "" when it may be
 
 	cur     io.ReadCloser
 	rd      *bufio.Reader
 	head    *head // the head read from now (acquired by the splicer after a switch)
 	spliced bool  // reading a continuation: events are rewritten
 	out     bytes.Buffer
-	end     bool // nothing more: out then EOF
+	end     bool   // nothing more: out then EOF
+	ev      []byte // the event being read (reused)
+	data    []byte // a multi-line event's data, joined (reused)
 
 	// What the client has received.
 	id, model   string
 	created     json.RawMessage
-	content     strings.Builder
-	reasoning   strings.Builder
+	content     []byte
+	reasoning   []byte
 	tokens      int
 	finished    bool // a finish reason (chat) or "stop": true (/completion)
 	toolCall    bool
 	beforeSplit int    // tokens the client had when the current continuation began
 	echo        string // text a continuation's first delta may repeat
-	roleSeen    bool   // the first answer's role chunk went out
 	cutAt       time.Time
 	heads       []string
+
+	// Token timing (llm_front_time_to_first_token_seconds and
+	// llm_front_inter_token_seconds): the last token's time, zero before
+	// the first and after a continuation's gap.
+	lastToken     time.Time
+	ttft, itl     prometheus.Observer
+	firstObserved bool
 
 	closeOnce sync.Once
 }
@@ -123,9 +148,7 @@ type splicer struct {
 // newSplicer wraps the first head's streamed answer.
 func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
 	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: bufio.NewReaderSize(body, 16<<10)}
-	if err := json.Unmarshal(c.body, &sp.body); err != nil {
-		sp.refuse = "the request is not a JSON object"
-	} else if why := refusedBecause(c.kind, sp.body); why != "" {
+	if why := refusedBecause(c.kind, c.keys); why != "" {
 		sp.refuse = why
 	} else if !s.tierCfg(c.tier).Continue {
 		sp.refuse = "continuation is off for tier " + c.tier
@@ -133,6 +156,8 @@ func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
 	if c.head != nil {
 		sp.heads = append(sp.heads, c.head.addr)
 	}
+	sp.ttft = s.metrics.ttft.WithLabelValues(c.tier, c.model)
+	sp.itl = s.metrics.itl.WithLabelValues(c.tier, c.model)
 	return sp
 }
 
@@ -147,21 +172,34 @@ func (sp *splicer) Read(p []byte) (int, error) {
 		if sp.drainingSwitch() {
 			continue
 		}
-		ev, err := readEvent(sp.rd)
-		if len(ev) > 0 {
-			sp.take(ev)
+		var err error
+		sp.ev, err = readEvent(sp.rd, sp.ev[:0])
+		if len(sp.ev) > 0 {
+			sp.take(sp.ev)
 		}
 		if err != nil {
 			sp.streamEnded(err)
 		}
 	}
+	// The events the head sent together (a burst of tokens in one read)
+	// go on together: one write to the client, as nginx would.
+	for sp.out.Len() < len(p) && !sp.end && sp.cur != nil && sp.eventBuffered() {
+		sp.ev, _ = readEvent(sp.rd, sp.ev[:0])
+		sp.take(sp.ev)
+	}
 	return sp.out.Read(p)
 }
 
-// readEvent reads one SSE event (up to and with its blank line); at the
-// stream's end it returns what it read and the error.
-func readEvent(rd *bufio.Reader) ([]byte, error) {
-	var ev []byte
+// eventBuffered reports whether a whole event is already read from the
+// head, so that taking it does not wait.
+func (sp *splicer) eventBuffered() bool {
+	b, _ := sp.rd.Peek(sp.rd.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
+}
+
+// readEvent appends one SSE event (up to and with its blank line) to ev;
+// at the stream's end it returns what it read and the error.
+func readEvent(rd *bufio.Reader, ev []byte) ([]byte, error) {
 	for {
 		line, err := rd.ReadSlice('\n')
 		ev = append(ev, line...)
@@ -178,6 +216,52 @@ func readEvent(rd *bufio.Reader) ([]byte, error) {
 	}
 }
 
+// sseEvent is what the splicer reads of one server-sent event.
+type sseEvent struct {
+	// data is the event's data: its data lines' values joined by '\n'
+	// (a slice of the event itself when it has one); nil when none.
+	data []byte
+	// failed is set by an "event: error" line, or by an "error:" field,
+	// which llama-server sent for in-stream errors before it sent them as
+	// data: either is the head's own end of its answer.
+	failed bool
+}
+
+// parseEvent reads an event's fields (SSE: "field: value" lines, ":"
+// comments); joined is reused for an event of several data lines.
+func parseEvent(ev []byte, joined []byte) (sseEvent, []byte) {
+	var e sseEvent
+	lines := 0
+	for len(ev) > 0 {
+		line := ev
+		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
+			line, ev = ev[:i], ev[i+1:]
+		} else {
+			ev = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(name) {
+		case "data":
+			if lines++; lines == 1 {
+				e.data = value
+				continue
+			}
+			if lines == 2 {
+				joined = append(joined[:0], e.data...)
+			}
+			joined = append(append(joined, '\n'), value...)
+			e.data = joined
+		case "event":
+			e.failed = e.failed || string(bytes.TrimSpace(value)) == "error"
+		case "error":
+			e.failed = true
+		}
+	}
+	return e, joined
+}
+
 // streamEnded is the head's stream ending (err io.EOF, or a broken
 // connection): the answer is over if it finished, else it is continued or
 // ends with an error event saying why.
@@ -188,43 +272,51 @@ func (sp *splicer) streamEnded(err error) {
 		return
 	}
 	if sp.ctx.Err() != nil {
-		sp.end = true // the client left
+		sp.c.gone = true // the client left: nothing to blame on the head
+		sp.end = true
 		return
 	}
 	sp.cutAt = sp.s.now()
 	sp.s.metrics.upErrors.WithLabelValues(sp.c.tier, "mid_answer").Inc()
-	if sp.head != nil {
-		sp.head.failedUntil.Store(sp.s.now().Add(sp.s.cfg.Load().FailTimeout).UnixNano())
-	} else if sp.c.head != nil {
-		sp.c.head.failedUntil.Store(sp.s.now().Add(sp.s.cfg.Load().FailTimeout).UnixNano())
+	if h := sp.current(); h != nil {
+		h.failedUntil.Store(sp.s.now().Add(sp.s.cfg.Load().FailTimeout).UnixNano())
 	}
 	why := fmt.Sprintf("its head stopped before the answer's end (%v)", err)
 	sp.continueOrFail(why)
+}
+
+// current is the head the splicer reads from now.
+func (sp *splicer) current() *head {
+	if sp.head != nil {
+		return sp.head
+	}
+	return sp.c.head
 }
 
 // drainingSwitch moves the stream, between two events, off a head whose
 // endpoint now drains, when another head serves the model: the drain then
 // waits for nothing of ours. It reports whether it switched.
 func (sp *splicer) drainingSwitch() bool {
-	h := sp.head
-	if h == nil {
-		h = sp.c.head
-	}
+	h := sp.current()
 	if sp.refuse != "" || sp.finished || sp.toolCall || h == nil || !sp.s.draining(h) || sp.out.Len() > 0 {
 		return false
 	}
 	if sp.c.continued >= sp.s.cfg.Load().MaxContinuations {
 		return false
 	}
-	t := sp.s.tab.Load()
-	next := sp.s.pick(t, sp.c.tier, sp.c.model)
+	next, _ := sp.s.pick(sp.s.tab.Load(), sp.c.tier, sp.c.model)
 	if next == nil {
 		return false // nowhere to go: stay until the drain ends it
 	}
 	sp.closeCur() // the old head sees its client leave: its slot is free
 	sp.cutAt = sp.s.now()
-	sp.c.moved++
-	sp.start(next, "its head drains")
+	if sp.start(next, "its head drains") {
+		sp.c.moved++
+		return true
+	}
+	if !sp.end { // the head it was moved to refused: as after a cut
+		sp.continueOrFail("its head drains; the head it was moved to refused")
+	}
 	return true
 }
 
@@ -235,13 +327,13 @@ func (sp *splicer) continueOrFail(why string) {
 	cfg := sp.s.cfg.Load()
 	switch {
 	case sp.refuse != "":
-		sp.fail("continuation", why+"; not continued: "+sp.refuse)
+		sp.fail(resultRefused, why+"; not continued: "+sp.refuse)
 		return
 	case sp.toolCall:
-		sp.fail("continuation", why+"; not continued: the answer had begun a tool call")
+		sp.fail(resultRefused, why+"; not continued: the answer had begun a tool call")
 		return
 	case sp.c.continued >= cfg.MaxContinuations:
-		sp.fail("continuation", fmt.Sprintf("%s; not continued: it was continued %d times already", why, sp.c.continued))
+		sp.fail(resultRefused, fmt.Sprintf("%s; not continued: it was continued %d times already", why, sp.c.continued))
 		return
 	}
 	hold := sp.s.tierCfg(sp.c.tier).Hold
@@ -250,36 +342,41 @@ func (sp *splicer) continueOrFail(why string) {
 		h, ref := sp.s.acquire(sp.ctx, sp.c)
 		if h == nil {
 			if ref == nil {
+				sp.c.gone = true
 				sp.end = true // the client left while held
 				return
 			}
-			sp.s.metrics.continued.WithLabelValues(sp.c.tier, "failed").Inc()
-			sp.fail("unavailable", why+"; no head of its model came back in time: "+ref.why)
+			sp.fail(resultFailed, why+"; no head of its model came back in time: "+ref.why)
 			return
 		}
-		if sp.start(h, why) {
+		if sp.start(h, why) || sp.end {
 			return
 		}
 	}
-	sp.s.metrics.continued.WithLabelValues(sp.c.tier, "failed").Inc()
-	sp.fail("continuation", why+"; the heads tried for its continuation failed")
+	sp.fail(resultFailed, why+"; the heads tried for its continuation failed")
 }
+
+// Continuation results, the result label of llm_front_continuations_total.
+const (
+	resultContinued = "continued"
+	resultFailed    = "failed"
+	resultRefused   = "refused"
+)
 
 // start sends the continuation to h and reads from it next. It reports
 // whether h answered with a stream; on false h was released and marked
-// failing.
+// failing (or the answer ended: end is set). A continuation counts once a
+// head took it.
 func (sp *splicer) start(h *head, why string) bool {
-	sp.c.continued++
-	sp.heads = append(sp.heads, h.addr)
-	body, err := sp.continuation()
+	body, err := sp.continuation(h)
 	if err != nil {
 		sp.s.release(h)
-		sp.fail("continuation", why+"; not continued: "+err.Error())
-		return true
+		sp.fail(resultRefused, why+"; not continued: "+err.Error())
+		return false
 	}
 	req, _ := http.NewRequestWithContext(sp.ctx, http.MethodPost, "http://"+h.addr+sp.c.path, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Close = true // a stream's connection is not reused
+	req.Header = headerForHead(sp.c.header)
+	req.ContentLength = int64(len(body))
 	resp, err := sp.s.opts.Transport.RoundTrip(req)
 	sp.c.written() // a held continuation: the next held request may go
 	if err == nil && (resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")) {
@@ -288,40 +385,69 @@ func (sp *splicer) start(h *head, why string) bool {
 	}
 	if err != nil {
 		sp.s.release(h)
+		if sp.ctx.Err() != nil {
+			sp.c.gone, sp.end = true, true
+			return false
+		}
 		h.failedUntil.Store(sp.s.now().Add(sp.s.cfg.Load().FailTimeout).UnixNano())
 		sp.s.log.Debug("continuation refused by a head", "tier", sp.c.tier, "head", h.addr, "error", err)
 		return false
 	}
+	sp.c.continued++
+	sp.heads = append(sp.heads, h.addr)
 	sp.releaseHead()
 	sp.head, sp.cur, sp.rd = h, resp.Body, bufio.NewReaderSize(resp.Body, 16<<10)
-	sp.spliced, sp.beforeSplit, sp.echo = true, sp.tokens, sp.continuedText()
+	sp.spliced, sp.beforeSplit, sp.echo = true, sp.tokens, string(sp.content)
+	sp.lastToken = time.Time{} // the pause is llm_front_continuation_pause_seconds', not a token's
 	fmt.Fprintf(&sp.out, ": slurm-llm: continued on %s %s (%s)\n\n", sp.c.tier, h.addr, oneLine(why))
-	sp.s.metrics.continued.WithLabelValues(sp.c.tier, "continued").Inc()
+	sp.s.metrics.continued.WithLabelValues(sp.c.tier, resultContinued).Inc()
 	sp.s.metrics.pause.WithLabelValues(sp.c.tier).Observe(sp.s.now().Sub(sp.cutAt).Seconds())
 	return true
 }
 
-// continuedText is the text the continuation's assistant message (or
-// prompt) ends with: what the client received of the answer (after the
-// client's own prefill, when it sent one).
-func (sp *splicer) continuedText() string { return sp.content.String() }
+// hopHeaders are connection-level headers, never passed on (RFC 9110
+// 7.6.1), with the front door's own and the body's length.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect", "Content-Length", HoldHeader}
+
+// headerForHead is the client's request header as a continuation sends it
+// to a head: the client's own (its Authorization for a head run with
+// --api-key, its Content-Type), without hop-by-hop headers.
+func headerForHead(in http.Header) http.Header {
+	out := in.Clone()
+	if out == nil {
+		out = http.Header{}
+	}
+	for _, k := range hopHeaders {
+		out.Del(k)
+	}
+	if out.Get("Content-Type") == "" {
+		out.Set("Content-Type", "application/json")
+	}
+	return out
+}
 
 // continuation is the request to send again: with the answer so far as
 // the assistant's message to continue (chat) or appended to the prompt
-// (/completion), and the token limit lowered by what was generated.
-func (sp *splicer) continuation() ([]byte, error) {
-	body := make(map[string]json.RawMessage, len(sp.body)+2)
-	for k, v := range sp.body {
-		body[k] = v
+// (/completion), and the token limit lowered by what was generated (as h
+// tokenizes it, or by the chunks counted when it cannot say).
+func (sp *splicer) continuation(h *head) ([]byte, error) {
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal(sp.c.body, &body); err != nil {
+		return nil, errors.New("the request is not a JSON object")
 	}
 	set := func(k string, v any) { body[k], _ = json.Marshal(v) }
+	used := -1
 	for _, key := range []string{"max_tokens", "max_completion_tokens", "n_predict"} {
 		var limit int
 		if json.Unmarshal(body[key], &limit) == nil && limit > 0 {
-			if limit-sp.tokens <= 0 {
+			if used < 0 {
+				used = sp.generated(h)
+			}
+			if limit-used <= 0 {
 				return nil, errors.New("its token limit is reached")
 			}
-			set(key, limit-sp.tokens)
+			set(key, limit-used)
 		}
 	}
 	if sp.kind == streamRaw {
@@ -329,19 +455,18 @@ func (sp *splicer) continuation() ([]byte, error) {
 		if err := json.Unmarshal(body["prompt"], &prompt); err != nil {
 			return nil, errors.New("its prompt is not a plain string")
 		}
-		set("prompt", prompt+sp.content.String())
+		set("prompt", prompt+string(sp.content))
 		return json.Marshal(body)
 	}
 	var msgs []map[string]json.RawMessage
 	if err := json.Unmarshal(body["messages"], &msgs); err != nil {
 		return nil, errors.New("its messages cannot be read")
 	}
-	text, reasoning := sp.content.String(), sp.reasoning.String()
+	text, reasoning := string(sp.content), string(sp.reasoning)
 	if n := len(msgs); n > 0 && roleOf(msgs[n-1]) == "assistant" {
 		// The client's own prefill: the answer went on from it (a head that
 		// repeats it sent it first: it is in text already).
-		var prefill string
-		_ = json.Unmarshal(msgs[n-1]["content"], &prefill)
+		prefill := textOf(msgs[n-1]["content"])
 		if !strings.HasPrefix(text, prefill) {
 			text = prefill + text
 		}
@@ -364,6 +489,56 @@ func (sp *splicer) continuation() ([]byte, error) {
 	return json.Marshal(body)
 }
 
+// textOf is a message's content as text: a string, or the text parts of
+// an array of parts (OpenAI's [{"type":"text","text":…}]) joined.
+func textOf(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(raw, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// tokenizeTimeout bounds asking a head how many tokens the answer so far
+// has.
+const tokenizeTimeout = 2 * time.Second
+
+// generated is how many tokens the client received: as h's /tokenize
+// counts the text (a chunk may carry more than one token: llama-server
+// holds back a token that ends inside a UTF-8 character and sends it with
+// the next), or the chunks counted when h does not answer.
+func (sp *splicer) generated(h *head) int {
+	text := string(sp.reasoning) + string(sp.content)
+	ctx, cancel := context.WithTimeout(sp.ctx, tokenizeTimeout)
+	defer cancel()
+	q, _ := json.Marshal(map[string]any{"content": text, "add_special": false})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.addr+"/tokenize", bytes.NewReader(q))
+	req.Header = headerForHead(sp.c.header)
+	resp, err := sp.s.opts.Transport.RoundTrip(req)
+	if err != nil {
+		return sp.tokens
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Tokens []json.RawMessage `json:"tokens"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&doc) != nil || doc.Tokens == nil {
+		return sp.tokens
+	}
+	return max(len(doc.Tokens), sp.tokens)
+}
+
 func roleOf(m map[string]json.RawMessage) string {
 	var r string
 	_ = json.Unmarshal(m["role"], &r)
@@ -371,15 +546,13 @@ func roleOf(m map[string]json.RawMessage) string {
 }
 
 // fail ends the answer with an error event saying why (an answer cut and
-// not continued).
-func (sp *splicer) fail(typ, why string) {
-	if typ == "continuation" {
-		sp.s.metrics.continued.WithLabelValues(sp.c.tier, "refused").Inc()
-	}
+// not continued), counted once under result.
+func (sp *splicer) fail(result, why string) {
+	sp.s.metrics.continued.WithLabelValues(sp.c.tier, result).Inc()
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "the answer was cut: " + why,
 		"type": "server_error", "code": http.StatusBadGateway}})
 	fmt.Fprintf(&sp.out, "data: %s\n\n", b)
-	sp.c.outcome, sp.c.why = OutcomeCut, why
+	sp.c.outcome, sp.c.why, sp.c.finish = OutcomeCut, why, finishCut
 	sp.end = true
 }
 
@@ -387,6 +560,9 @@ func (sp *splicer) fail(typ, why string) {
 // is cancelled if it is still going) and a continuation's head released.
 func (sp *splicer) Close() error {
 	sp.closeOnce.Do(func() {
+		if !sp.end && !sp.finished {
+			sp.c.gone = true // closed before its end: the client left
+		}
 		sp.closeCur()
 		sp.releaseHead()
 		sp.c.heads = sp.heads
@@ -411,29 +587,133 @@ func (sp *splicer) releaseHead() {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// eventData is the data of an SSE event of one data line; ok is false for
-// a comment or anything else, which is passed on as it came.
-func eventData(ev []byte) (data []byte, ok bool) {
-	line := bytes.TrimRight(ev, "\r\n")
-	if bytes.Contains(line, []byte("\n")) {
-		return nil, false // several lines: not an event the heads send
-	}
-	data, ok = bytes.CutPrefix(line, []byte("data:"))
-	return bytes.TrimSpace(data), ok
-}
-
 // take passes one event on, noting what the client has received; a
 // continuation's events are rewritten into the first answer's.
 func (sp *splicer) take(ev []byte) {
-	data, ok := eventData(ev)
+	var e sseEvent
+	e, sp.data = parseEvent(ev, sp.data)
 	switch {
-	case !ok:
-		if !sp.spliced {
-			sp.out.Write(ev)
-		}
+	case e.failed:
+		// The head ended the answer with an error of its own: its
+		// answer's end, not a cut to continue.
+		sp.finished, sp.c.finish = true, finishError
+		sp.out.Write(ev)
 		return
-	case string(data) == "[DONE]":
+	case e.data == nil:
+		sp.out.Write(ev) // a comment, or a field the splicer does not read
+		return
+	case string(e.data) == "[DONE]":
 		sp.finished = true
+		sp.out.Write(ev)
+		return
+	}
+	if sp.kind == streamRaw {
+		sp.takeRaw(ev, e.data)
+		return
+	}
+	sp.takeChat(ev, e.data)
+}
+
+// chunkInfo is what the splicer reads of a chat chunk without decoding it:
+// raw JSON values, nil when absent.
+type chunkInfo struct {
+	id, model, created []byte
+	// content and reasoning are the first choice's delta texts (raw JSON
+	// strings); finish is set when any choice has a finish reason.
+	content, reasoning []byte
+	toolCall, finish   bool
+	finishReason       []byte // the first finish reason (raw)
+	failed             bool   // an "error" key: the head's own end
+	// usage is the chunk's usage (raw); usageOnly is set for the chunk
+	// that holds it alone ("choices": []).
+	usage     []byte
+	usageOnly bool
+}
+
+// scanChat reads a chat chunk's keys; ok is false when data is not a JSON
+// object.
+func scanChat(data []byte) (ci chunkInfo, ok bool) {
+	err := eachKey(data, func(key, val []byte, _ int) bool {
+		switch {
+		case keyIs(key, "choices"):
+			ci.usageOnly = string(bytes.TrimSpace(val)) == "[]"
+			first := true
+			eachElem(val, func(choice []byte) bool {
+				_ = eachKey(choice, func(key, val []byte, _ int) bool {
+					switch {
+					case keyIs(key, "delta") && first:
+						_ = eachKey(val, func(key, val []byte, _ int) bool {
+							switch {
+							case keyIs(key, "content"):
+								ci.content = val
+							case keyIs(key, "reasoning_content"):
+								ci.reasoning = val
+							case keyIs(key, "tool_calls"):
+								ci.toolCall = !isNull(val) && string(val) != "[]"
+							}
+							return true
+						})
+					case keyIs(key, "finish_reason") && !isNull(val):
+						if !ci.finish {
+							ci.finishReason = val
+						}
+						ci.finish = true
+					}
+					return true
+				})
+				first = false
+				return true
+			})
+		case keyIs(key, "id"):
+			ci.id = val
+		case keyIs(key, "model"):
+			ci.model = val
+		case keyIs(key, "created"):
+			ci.created = val
+		case keyIs(key, "error"):
+			ci.failed = true
+		case keyIs(key, "usage") && !isNull(val):
+			ci.usage = val
+		}
+		return true
+	})
+	ci.usageOnly = ci.usageOnly && ci.usage != nil
+	return ci, err == nil
+}
+
+// appendText appends the text of a raw JSON string value to dst; it
+// reports whether there was any.
+func appendText(dst *[]byte, raw []byte) bool {
+	if len(raw) < 3 || raw[0] != '"' {
+		return false // absent, null, or ""
+	}
+	*dst, _ = appendUnquoted(*dst, raw[1:len(raw)-1])
+	return true
+}
+
+// takeChat handles one chat chunk: passed on as it came from the first
+// head; a continuation's rewritten into the first answer's.
+func (sp *splicer) takeChat(ev, data []byte) {
+	if !sp.spliced {
+		ci, ok := scanChat(data)
+		if ok && ci.failed {
+			sp.finished, sp.c.finish = true, finishError // the head's own error: its answer's end
+		}
+		if ok && !ci.failed {
+			if sp.id == "" {
+				sp.id, _ = stringValue(ci.id)
+				sp.model, _ = stringValue(ci.model)
+				sp.created = bytes.Clone(ci.created)
+			}
+			sp.note(ci.content, ci.reasoning, ci.toolCall, ci.finish)
+			sp.noteFinish(ci.finishReason)
+			if ci.usage != nil {
+				sp.c.takeUsage(ci.usage)
+				if ci.usageOnly && sp.c.usageAsked {
+					return // asked by the front door, not by the client
+				}
+			}
+		}
 		sp.out.Write(ev)
 		return
 	}
@@ -443,59 +723,33 @@ func (sp *splicer) take(ev []byte) {
 		return
 	}
 	if _, failed := obj["error"]; failed {
-		// The head ended the answer with an error of its own (real
-		// llama-server does, in-stream, e.g. when its output parser
-		// fails): that is its answer's end, not a cut to continue.
-		sp.finished = true
+		sp.finished, sp.c.finish = true, finishError
 		sp.out.Write(ev)
 		return
 	}
-	if sp.kind == streamRaw {
-		sp.takeRaw(ev, obj)
-		return
-	}
-	sp.takeChat(ev, obj)
+	sp.spliceChat(obj)
 }
 
-// chatChoice is the part of a chat chunk's choice the splicer reads.
-type chatChoice struct {
-	Delta struct {
-		Role             *string         `json:"role"`
-		Content          *string         `json:"content"`
-		ReasoningContent *string         `json:"reasoning_content"`
-		ToolCalls        json.RawMessage `json:"tool_calls"`
-	} `json:"delta"`
-	FinishReason *string `json:"finish_reason"`
+// noteFinish records a chunk's finish reason.
+func (sp *splicer) noteFinish(raw []byte) {
+	if r, ok := stringValue(raw); ok && r != "" {
+		sp.c.finish = r
+	}
 }
 
-// takeChat handles one chat chunk.
-func (sp *splicer) takeChat(ev []byte, obj map[string]json.RawMessage) {
-	var choices []chatChoice
-	_ = json.Unmarshal(obj["choices"], &choices)
-	if !sp.spliced {
-		if sp.id == "" {
-			_ = json.Unmarshal(obj["id"], &sp.id)
-			_ = json.Unmarshal(obj["model"], &sp.model)
-			sp.created = obj["created"]
-		}
-		for _, ch := range choices {
-			sp.note(ch.Delta.Content, ch.Delta.ReasoningContent, ch.Delta.ToolCalls, ch.FinishReason != nil)
-		}
-		sp.out.Write(ev)
-		return
-	}
-	// A continuation's chunk: the first answer's id, created and model; no
-	// second role chunk; the echo of the prefill, if any, dropped; usage
-	// counted for the whole answer.
+// spliceChat rewrites a continuation's chunk into the first answer's: its
+// id, created and model; no second role chunk; the echo of the prefill, if
+// any, dropped; usage counted for the whole answer.
+func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 	var raw []map[string]json.RawMessage
 	_ = json.Unmarshal(obj["choices"], &raw)
 	keep := raw[:0]
-	for i, ch := range choices {
+	for _, ch := range raw {
 		delta := map[string]json.RawMessage{}
-		_ = json.Unmarshal(raw[i]["delta"], &delta)
+		_ = json.Unmarshal(ch["delta"], &delta)
 		delete(delta, "role")
-		if ch.Delta.Content != nil {
-			text := *ch.Delta.Content
+		if c, ok := delta["content"]; ok && !isNull(c) {
+			text, _ := stringValue(c)
 			if sp.echo != "" {
 				text = strings.TrimPrefix(text, sp.echo)
 				sp.echo = ""
@@ -505,52 +759,108 @@ func (sp *splicer) takeChat(ev []byte, obj map[string]json.RawMessage) {
 			} else {
 				delta["content"], _ = json.Marshal(text)
 			}
-			ch.Delta.Content = &text
 		}
-		if len(delta) == 0 && ch.FinishReason == nil {
+		finish := !isNull(ch["finish_reason"])
+		if finish {
+			sp.noteFinish(ch["finish_reason"])
+		}
+		if len(delta) == 0 && !finish {
 			continue // only the role, or only the echo
 		}
-		raw[i]["delta"], _ = json.Marshal(delta)
-		keep = append(keep, raw[i])
-		sp.note(ch.Delta.Content, ch.Delta.ReasoningContent, ch.Delta.ToolCalls, ch.FinishReason != nil)
+		ch["delta"], _ = json.Marshal(delta)
+		keep = append(keep, ch)
+		tc := delta["tool_calls"]
+		sp.note(delta["content"], delta["reasoning_content"], !isNull(tc) && string(tc) != "[]", finish)
 	}
-	if len(choices) > 0 && len(keep) == 0 {
+	if len(raw) > 0 && len(keep) == 0 {
 		return
 	}
 	obj["choices"], _ = json.Marshal(keep)
 	sp.restamp(obj)
-	if u, ok := obj["usage"]; ok && string(u) != "null" {
+	if u, ok := obj["usage"]; ok && !isNull(u) {
 		obj["usage"] = sp.usage(u)
+		sp.c.takeUsage(obj["usage"])
+		if len(raw) == 0 && sp.c.usageAsked {
+			return // asked by the front door, not by the client
+		}
 	}
 	sp.emit(obj)
 }
 
-// note records a delta the client receives.
-func (sp *splicer) note(content, reasoning *string, toolCalls json.RawMessage, finished bool) {
-	if content != nil && *content != "" {
-		sp.content.WriteString(*content)
+// note records a delta the client receives (raw JSON strings).
+func (sp *splicer) note(content, reasoning []byte, toolCall, finished bool) {
+	text := appendText(&sp.content, content)
+	if appendText(&sp.reasoning, reasoning) || text {
 		sp.tokens++
+		sp.tokenSeen()
 	}
-	if reasoning != nil && *reasoning != "" {
-		sp.reasoning.WriteString(*reasoning)
-		sp.tokens++
-	}
-	if len(toolCalls) > 0 && string(toolCalls) != "null" {
-		sp.toolCall = true
-	}
-	if finished {
-		sp.finished = true
-	}
+	sp.toolCall = sp.toolCall || toolCall
+	sp.finished = sp.finished || finished
 }
 
-// takeRaw handles one /completion event.
-func (sp *splicer) takeRaw(ev []byte, obj map[string]json.RawMessage) {
-	var content string
+// tokenSeen times a token reaching the client: the first from the
+// request's sending to its head, the others from the one before.
+func (sp *splicer) tokenSeen() {
+	now := sp.s.now()
+	switch {
+	case !sp.firstObserved:
+		sp.firstObserved = true
+		sp.ttft.Observe(now.Sub(sp.c.dispatched).Seconds())
+	case !sp.lastToken.IsZero():
+		sp.itl.Observe(now.Sub(sp.lastToken).Seconds())
+	}
+	sp.lastToken = now
+}
+
+// takeRaw handles one /completion event; its last one (stop) carries
+// the answer's tokens and why it stopped.
+func (sp *splicer) takeRaw(ev, data []byte) {
+	var content, failed, predicted, evaluated, stopType []byte
 	var stop bool
-	_ = json.Unmarshal(obj["content"], &content)
-	_ = json.Unmarshal(obj["stop"], &stop)
-	sp.noteRaw(content, stop)
+	err := eachKey(data, func(key, val []byte, _ int) bool {
+		switch {
+		case keyIs(key, "content"):
+			content = val
+		case keyIs(key, "stop"):
+			stop = string(val) == "true"
+		case keyIs(key, "error"):
+			failed = val
+		case keyIs(key, "tokens_predicted"):
+			predicted = val
+		case keyIs(key, "tokens_evaluated"):
+			evaluated = val
+		case keyIs(key, "stop_type"):
+			stopType = val
+		}
+		return true
+	})
+	if err != nil || failed != nil {
+		if failed != nil {
+			sp.finished, sp.c.finish = true, finishError
+		}
+		sp.out.Write(ev)
+		return
+	}
+	if appendText(&sp.content, content) {
+		sp.tokens++
+		sp.tokenSeen()
+	}
+	if stop {
+		sp.finished = true
+		sp.c.finish = rawFinish(stopType)
+		p, _ := numberValue(evaluated)
+		n, _ := numberValue(predicted)
+		if sp.spliced {
+			p, n = max(p-float64(sp.beforeSplit), 0), n+float64(sp.beforeSplit)
+		}
+		sp.c.prompt, sp.c.completion, sp.c.counted = int(p), int(n), predicted != nil
+	}
 	if !sp.spliced {
+		sp.out.Write(ev)
+		return
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(data, &obj) != nil {
 		sp.out.Write(ev)
 		return
 	}
@@ -566,14 +876,13 @@ func (sp *splicer) takeRaw(ev []byte, obj map[string]json.RawMessage) {
 	sp.emit(obj)
 }
 
-func (sp *splicer) noteRaw(content string, stop bool) {
-	if content != "" {
-		sp.content.WriteString(content)
-		sp.tokens++
+// rawFinish is a /completion's stop_type as a chat finish reason: "limit"
+// (n_predict reached) is "length", an end of stream or a stop word "stop".
+func rawFinish(stopType []byte) string {
+	if t, _ := stringValue(stopType); t == "limit" {
+		return finishLength
 	}
-	if stop {
-		sp.finished = true
-	}
+	return finishStop
 }
 
 // restamp gives a continuation's chunk the first answer's id, created and

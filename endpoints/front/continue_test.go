@@ -109,7 +109,22 @@ const userMsg = `[{"role":"user","content":"count"}]`
 // is a's (least in flight has no say) and its continuation may go to b.
 func (r *rig) cutOnto(a, b *testHead, send func() (answer, error)) answer {
 	r.t.Helper()
-	a.setMode("cut")
+	return r.cutThen(a, func() {
+		if b != nil {
+			r.route(nil, a, b)
+		}
+	}, send)
+}
+
+// cutThen is cutOnto with then run once a has the request, before it cuts
+// (a's mode, "cut" unless set otherwise, says how it ends).
+func (r *rig) cutThen(a *testHead, then func(), send func() (answer, error)) answer {
+	r.t.Helper()
+	a.mu.Lock()
+	if a.mode == "" {
+		a.mode = "cut"
+	}
+	a.mu.Unlock()
 	a.gate = make(chan struct{})
 	r.route(nil, a)
 	done := make(chan answer, 1)
@@ -121,9 +136,7 @@ func (r *rig) cutOnto(a, b *testHead, send func() (answer, error)) answer {
 		done <- got
 	}()
 	waitFor(r.t, "a's first token", func() bool { return len(a.requests()) == 1 })
-	if b != nil {
-		r.route(nil, a, b)
-	}
+	then()
 	a.gate <- struct{}{} // t1
 	a.gate <- struct{}{} // then a cuts
 	return <-done
@@ -199,8 +212,8 @@ func TestMovesAStreamOffADrainingHead(t *testing.T) {
 	if got.text != "t0 t1 t2 t3 t4 t5 " || got.roles != 1 || !got.ids["c-101"] || len(got.ids) != 1 || !got.done || got.comments != 1 {
 		t.Errorf("answer %+v: want t0 t1 from a, t2 to t5 from b, as one", got)
 	}
-	if !strings.Contains(r.log.String(), "continued=1 moved=1") {
-		t.Errorf("access log:\n%s", r.log.String())
+	if !strings.Contains(r.accessLog(), "continued=1 moved=1") {
+		t.Errorf("access log:\n%s", r.accessLog())
 	}
 }
 

@@ -177,8 +177,8 @@ func TestNotBackInTimeIsAnsweredAtOnce(t *testing.T) {
 		doc.ExpectedBack != back.UTC().Format(time.RFC3339) {
 		t.Errorf("body %s: want the view's reason and expected_back", body)
 	}
-	if !strings.Contains(r.log.String(), `held_ms=0 `) || !strings.Contains(r.log.String(), `why="no hold: expected back after`) {
-		t.Errorf("access log: want no hold and why:\n%s", r.log.String())
+	if !strings.Contains(r.accessLog(), `held_ms=0 `) || !strings.Contains(r.accessLog(), `why="no hold: expected back after`) {
+		t.Errorf("access log: want no hold and why:\n%s", r.accessLog())
 	}
 }
 
@@ -188,8 +188,8 @@ func TestHoldEndsAtItsDeadlineOrWhenTheViewSaysNo(t *testing.T) {
 	})
 	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}})
 	code, _, _ := r.do("OR1-Behemoth", "x", HoldHeader, "50ms")
-	if code != http.StatusServiceUnavailable || !strings.Contains(r.log.String(), `why="held until the request's hold ended"`) {
-		t.Errorf("a hold of 50ms: got %d, log:\n%s", code, r.log.String())
+	if code != http.StatusServiceUnavailable || !strings.Contains(r.accessLog(), `why="held until the request's hold ended"`) {
+		t.Errorf("a hold of 50ms: got %d, log:\n%s", code, r.accessLog())
 	}
 	done := make(chan int)
 	go func() {
@@ -270,7 +270,7 @@ func TestNothingIsSentTwiceOnceTheAnswerStarted(t *testing.T) {
 	if got := cut.requests(); len(got) != 1 {
 		t.Errorf("the head got %d requests, want 1", len(got))
 	}
-	waitFor(t, "the access log line", func() bool { return strings.Contains(r.log.String(), "outcome=cut") })
+	waitFor(t, "the access log line", func() bool { return strings.Contains(r.accessLog(), "outcome=cut") })
 }
 
 func TestClientCancellationReachesTheHead(t *testing.T) {

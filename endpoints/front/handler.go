@@ -1,7 +1,6 @@
 package front
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/upstreams"
 )
 
 // proxied are the paths passed on to a head (POST, routed by "model"):
@@ -37,11 +40,14 @@ const TierHeader = "X-LLM-Tier"
 type call struct {
 	start    time.Time
 	method   string
-	path     string
+	path     string // the path as the head serves it (a tier's prefix taken off)
+	urlPath  string // the path the client asked for
 	tier     string // the tier serving the model ("" until resolved)
 	model    string // the model name sent to the head
 	body     []byte
+	keys     reqKeys // the body's top-level keys the front door reads
 	size     int64
+	reserved int64 // body bytes counted in the front door's in-flight bound
 	stream   bool
 	deadline time.Time
 	held     time.Duration
@@ -55,6 +61,16 @@ type call struct {
 	// failure is the current attempt's error before that.
 	sent    bool
 	failure error
+	// gone is set once a write to the client failed or the client left
+	// before its answer's end: the answer is then cancelled, not cut,
+	// and no head is blamed.
+	gone bool
+	// reused is set when the current attempt went on a kept-alive
+	// connection; staleRetried once such a connection failed before the
+	// answer and the request went again.
+	reused, staleRetried bool
+	// header is the client's request header (for continuations).
+	header http.Header
 	// dispatched is when the current attempt was handed to the transport.
 	dispatched time.Time
 	// onWritten, set for a request that was held, tells its queue that
@@ -70,6 +86,19 @@ type call struct {
 	// because the head drained; heads are the heads that served it.
 	continued, moved int
 	heads            []string
+	// What the answer says of itself: its tokens (usage, or a
+	// /completion's last event; a continued answer's as one answer), its
+	// finish reason ("error" for a head's error event); usageAsked is set
+	// when the front door asked a chat stream's head for its usage chunk
+	// on its own (the client then does not get that chunk).
+	prompt, completion int
+	counted            bool
+	finish             string
+	usageAsked         bool
+	// id is who sent it; admitted and tracked are set once the user's
+	// limits and fair share count it (until finish).
+	id                access.Identity
+	admitted, tracked bool
 }
 
 // written runs onWritten, if set.
@@ -79,79 +108,116 @@ func (c *call) written() {
 	}
 }
 
+// maxEcho bounds what of a client's own input (a model name, a path, a
+// header) the front door repeats in an answer or a log line.
+const maxEcho = 128
+
+// echo is s cut to maxEcho bytes (at a rune boundary), for quoting.
+func echo(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 // ServeHTTP is the front door. Every request ends in exactly one access
 // log line and one count.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	c := &call{start: s.now(), method: r.Method, path: r.URL.Path}
+	c := &call{start: s.now(), method: r.Method, path: r.URL.Path, urlPath: r.URL.Path}
 	defer s.finish(c)
+	pinned, path := s.prefixed(r.URL.Path)
+	c.path = path
+	s.cors(w, r)
 	switch {
-	case r.URL.Path == "/v1/models" || r.URL.Path == "/models":
+	case r.Method == http.MethodOptions:
+		s.options(w, r, c)
+		return
+	case path == "/health":
+		s.answer(w, c, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
+		return
+	case s.keysPath(path):
+		sw := &statusWriter{ResponseWriter: w}
+		s.opts.Access.Keys.ServeHTTP(sw, r)
+		c.status, c.outcome = sw.code(), OutcomeAnswered
+		return
+	case !s.identify(w, r, c):
+		return
+	case path == "/v1/models" || path == "/models":
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			s.reject(w, c, http.StatusMethodNotAllowed, "invalid_request_error", "use GET", nil)
 			return
 		}
-		s.answer(w, c, http.StatusOK, mergedModels(s.tab.Load(), s.tierOf))
+		s.answer(w, c, http.StatusOK, mergedModels(s.tab.Load(), s.tierOf, pinned))
 		return
-	case r.URL.Path == "/health":
-		s.answer(w, c, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
-		return
-	case !proxied[r.URL.Path]:
-		s.reject(w, c, http.StatusNotFound, "invalid_request_error", "unknown path "+strconv.Quote(r.URL.Path), nil)
+	case !proxied[path]:
+		s.reject(w, c, http.StatusNotFound, "invalid_request_error", "unknown path "+strconv.Quote(echo(r.URL.Path)), nil)
 		return
 	case r.Method != http.MethodPost:
 		s.reject(w, c, http.StatusMethodNotAllowed, "invalid_request_error", "use POST", nil)
 		return
 	}
-	if !s.prepare(w, r, c) {
+	if !s.prepare(w, r, c, pinned) {
 		return
 	}
 	s.serve(w, r, c)
 }
 
+// prefixed splits a path under a tier's prefix ("/reasoning/v1/models")
+// into the tier and the path its heads serve ("/v1/models"); other paths
+// come back as they are, with no tier.
+func (s *Server) prefixed(path string) (tier, rest string) {
+	if len(path) < 2 {
+		return "", path
+	}
+	for name, ft := range s.cfg.Load().Tiers {
+		if ft.Prefix != "" && strings.HasPrefix(path, ft.Prefix) && len(path) > len(ft.Prefix) && path[len(ft.Prefix)] == '/' {
+			return name, path[len(ft.Prefix):]
+		}
+	}
+	return "", path
+}
+
 // prepare reads and checks the request: its body (bounded in size and
-// time), its model (an alias replaced, the tier found) and its hold. It
-// answers the client itself and returns false when the request goes no
-// further.
-func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call) bool {
+// time, and counted in the bound on bodies in flight), its model (an alias
+// replaced, the tier found) and its hold. It answers the client itself and
+// returns false when the request goes no further.
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned string) bool {
 	cfg := s.cfg.Load()
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(s.now().Add(cfg.ReadTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))
-	_ = rc.SetReadDeadline(time.Time{})
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		s.reject(w, c, http.StatusRequestEntityTooLarge, "invalid_request_error",
-			fmt.Sprintf("request body larger than %d bytes", cfg.MaxBodyBytes), nil)
-		return false
-	case err != nil:
-		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", "cannot read the request body: "+err.Error(), nil)
+	if !s.readBody(w, r, c, cfg) {
 		return false
 	}
-	var fields struct {
-		Model  *string `json:"model"`
-		Stream bool    `json:"stream"`
-	}
-	if err := json.Unmarshal(body, &fields); err != nil {
-		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", "the body is not a JSON object: "+err.Error(), nil)
+	keys, err := readKeys(c.body)
+	if err != nil {
+		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return false
 	}
-	model := cfg.DefaultModel
-	if fields.Model != nil && *fields.Model != "" {
-		model = *fields.Model
+	model, ok := keys.modelName()
+	if !ok {
+		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", `"model" must be a string`, nil)
+		return false
 	}
+	asked := model
 	if model == "" {
-		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", `"model" is required: name one of the models here`, s.knownModels())
+		model = cfg.DefaultModel
+	}
+	tier, name, ok := s.route(w, c, model, pinned)
+	if !ok {
 		return false
 	}
-	tier, name := s.resolve(model)
-	if tier == "" {
-		s.reject(w, c, http.StatusNotFound, "model_not_found",
-			fmt.Sprintf("the model %q does not exist here: use one of the models listed", model), s.knownModels())
-		return false
+	if name != asked && (pinned == "" || asked == "") {
+		c.body = setModel(c.body, keys, name)
+		if keys, err = readKeys(c.body); err != nil { // offsets moved
+			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
+			return false
+		}
 	}
-	if fields.Model == nil || name != *fields.Model {
-		if body, err = setModel(body, name); err != nil {
+	if kindOf(c.path) == streamChat && keys.stream && !keys.usageAsked() {
+		c.body, c.usageAsked = askUsage(c.body, keys), true
+		if keys, err = readKeys(c.body); err != nil {
 			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 			return false
 		}
@@ -161,7 +227,10 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call) bool {
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return false
 	}
-	c.tier, c.model, c.body, c.size, c.stream = tier, name, body, int64(len(body)), fields.Stream
+	c.tier, c.model, c.keys, c.stream = tier, name, keys, keys.stream
+	if !s.admit(w, c) {
+		return false
+	}
 	c.deadline = c.start.Add(hold)
 	c.ctx = r.Context()
 	if c.stream {
@@ -170,15 +239,116 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call) bool {
 	return true
 }
 
-// setModel sets the body's "model" to name (an alias, or the default
-// model, becomes the name the head serves). Only that key changes.
-func setModel(body []byte, name string) ([]byte, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil {
-		return nil, fmt.Errorf("the body is not a JSON object: %w", err)
+// route names the tier and model of a request for model ("" when it
+// names none), under a tier's prefix (pinned) or not; it answers the
+// client itself when there is none (ok false). Under a prefix, a model of
+// another tier is refused (the URL and the body disagree: which one the
+// client meant is not the front door's guess), and a name no tier serves
+// is the tier's model when it serves one only, as the tier's own
+// llama-server, which nginx's per-tier URL reached, answers any name.
+func (s *Server) route(w http.ResponseWriter, c *call, model, pinned string) (tier, name string, ok bool) {
+	if model == "" && pinned == "" {
+		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", `"model" is required: name one of the models here`, s.knownModels())
+		return "", "", false
 	}
-	obj["model"], _ = json.Marshal(name)
-	return json.Marshal(obj)
+	if model != "" {
+		tier, name = s.resolve(model)
+	}
+	switch {
+	case pinned != "" && tier != "" && tier != pinned:
+		s.reject(w, c, http.StatusBadRequest, "invalid_request_error",
+			fmt.Sprintf("the model %q is served by tier %s, not by this URL's tier %s (%s): send it to /v1/... without the prefix, which routes by model",
+				echo(model), tier, pinned, s.tierCfg(pinned).Prefix), s.tierModels(pinned))
+		return "", "", false
+	case pinned != "" && tier == "":
+		if only := s.tierModels(pinned); len(only) == 1 {
+			return pinned, only[0], true
+		}
+		s.reject(w, c, http.StatusNotFound, "model_not_found",
+			fmt.Sprintf("the model %q does not exist at this URL (tier %s): use one of the models listed", echo(model), pinned), s.tierModels(pinned))
+		return "", "", false
+	case tier == "":
+		s.reject(w, c, http.StatusNotFound, "model_not_found",
+			fmt.Sprintf("the model %q does not exist here: use one of the models listed", echo(model)), s.knownModels())
+		return "", "", false
+	}
+	return tier, name, true
+}
+
+// errBusyBodies is the bound on request bodies in flight, reached.
+var errBusyBodies = errors.New("busy: too many request bytes in flight")
+
+// readBody reads the request's body into c.body, bounded: by max_body_bytes
+// (413), by read_timeout, and by the bytes all requests in flight hold
+// (max_body_bytes_in_flight: 503 busy, at once, before reading more). A
+// body of known length is read into one buffer of that size.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, c *call, cfg *upstreams.FrontConfig) bool {
+	tooLarge := func() bool {
+		s.reject(w, c, http.StatusRequestEntityTooLarge, "invalid_request_error",
+			fmt.Sprintf("request body larger than %d bytes", cfg.MaxBodyBytes), nil)
+		return false
+	}
+	if r.ContentLength > cfg.MaxBodyBytes {
+		return tooLarge()
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(s.now().Add(cfg.ReadTimeout))
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	busy := func() bool {
+		s.unavailable(w, c, &refusal{busy: true, why: "no hold: " + errBusyBodies.Error()})
+		return false
+	}
+	bad := func(err error) bool {
+		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", "cannot read the request body: "+echo(err.Error()), nil)
+		return false
+	}
+	if r.ContentLength >= 0 {
+		if s.reserve(c, r.ContentLength, cfg) != nil {
+			return busy()
+		}
+		c.body = make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, c.body); err != nil {
+			return bad(err)
+		}
+		c.size = r.ContentLength
+		return true
+	}
+	// Unknown length (chunked): read in steps, each counted first.
+	buf := []byte{}
+	for {
+		if len(buf) == cap(buf) {
+			grow := min(max(2*int64(cap(buf)), 64<<10), cfg.MaxBodyBytes+1)
+			if s.reserve(c, grow, cfg) != nil {
+				return busy()
+			}
+			buf = append(make([]byte, 0, grow), buf...)
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > cfg.MaxBodyBytes {
+			return tooLarge()
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return bad(err)
+		}
+	}
+	c.body, c.size = buf, int64(len(buf))
+	return true
+}
+
+// reserve counts a request's body as total bytes in the bound on bodies in
+// flight (max_body_bytes_in_flight), or fails without counting it.
+func (s *Server) reserve(c *call, total int64, cfg *upstreams.FrontConfig) error {
+	add := total - c.reserved
+	if s.bodyBytes.Add(add) > cfg.MaxBodyBytesInFlight {
+		s.bodyBytes.Add(-add)
+		return errBusyBodies
+	}
+	c.reserved = total
+	return nil
 }
 
 // holdFor is the request's hold: its tier's, or what the client asks in
@@ -193,12 +363,12 @@ func (s *Server) holdFor(r *http.Request, tier string) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.ParseFloat(v, 64)
 		if nerr != nil || n < 0 || n > 1e6 {
-			return 0, fmt.Errorf("%s: want a duration such as 30s, or seconds (got %q)", HoldHeader, v)
+			return 0, fmt.Errorf("%s: want a duration such as 30s, or seconds (got %q)", HoldHeader, echo(v))
 		}
 		d = time.Duration(n * float64(time.Second))
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("%s: want 0 or more (got %q)", HoldHeader, v)
+		return 0, fmt.Errorf("%s: want 0 or more (got %q)", HoldHeader, echo(v))
 	}
 	return min(d, s.cfg.Load().HoldMax), nil
 }
@@ -226,20 +396,27 @@ func (s *Server) reject(w http.ResponseWriter, c *call, status int, typ, msg str
 	c.status, c.bytesOut, c.outcome, c.why = status, int64(n), OutcomeRejected, msg
 }
 
-// finish counts the request and writes its access log line.
+// finish counts the request, gives back its body's bytes, and hands its
+// access log line to the log's writer (never written on the answer's
+// path: a slow journal must not slow answers).
 func (s *Server) finish(c *call) {
-	if c.outcome == "" {
+	if c.reserved > 0 {
+		s.bodyBytes.Add(-c.reserved)
+	}
+	if c.outcome == "" || c.gone && c.outcome != OutcomeRejected && c.outcome != OutcomeUnavailable {
 		c.outcome = OutcomeCancelled
 	}
 	tier, model := c.tier, c.model
 	if tier == "" {
 		model = "" // never a client's string as a label
 	}
-	s.metrics.requests.WithLabelValues(tier, model, c.outcome).Inc()
+	s.metrics.request(tier, model, c.outcome).Inc()
+	s.countAnswer(c)
+	s.account(c)
 	if c.held > 0 {
 		s.metrics.held.WithLabelValues(tier).Observe(c.held.Seconds())
 	}
-	if s.opts.AccessLog == nil {
+	if s.access == nil {
 		return
 	}
 	head := "-"
@@ -249,19 +426,50 @@ func (s *Server) finish(c *call) {
 	case c.head != nil:
 		head = c.head.addr
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s method=%s path=%s status=%d tier=%s model=%s head=%s held_ms=%d duration_ms=%d bytes_in=%d bytes_out=%d attempts=%d outcome=%s",
-		c.start.UTC().Format("2006-01-02T15:04:05.000Z"), c.method, strconv.Quote(c.path), c.status, orDash(tier),
-		strconv.Quote(model), head, c.held.Milliseconds(), s.now().Sub(c.start).Milliseconds(), c.size, c.bytesOut,
-		c.attempts, c.outcome)
-	if c.continued > 0 {
-		fmt.Fprintf(&b, " continued=%d moved=%d", c.continued, c.moved)
+	s.access.add(accessEntry{start: c.start, method: c.method, path: c.urlPath, status: c.status, tier: tier, model: model,
+		head: head, held: c.held, duration: s.now().Sub(c.start), bytesIn: c.size, bytesOut: c.bytesOut,
+		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, why: c.why,
+		id: c.id, prompt: c.prompt, completion: c.completion, counted: c.counted})
+}
+
+// cors marks the answer to a browser whose origin is allowed
+// (cors_origins); nothing for any other.
+func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !s.originAllowed(origin) {
+		return
 	}
-	if c.why != "" {
-		fmt.Fprintf(&b, " why=%s", strconv.Quote(c.why))
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", origin)
+	h.Add("Vary", "Origin")
+	h.Set("Access-Control-Expose-Headers", TierHeader+", Retry-After")
+}
+
+func (s *Server) originAllowed(origin string) bool {
+	for _, o := range s.cfg.Load().CORSOrigins {
+		if o == "*" || o == origin {
+			return true
+		}
 	}
-	b.WriteByte('\n')
-	_, _ = s.opts.AccessLog.Write(b.Bytes())
+	return false
+}
+
+// options answers OPTIONS: a browser's CORS preflight from an allowed
+// origin gets what it asks for (the methods the front door serves, the
+// headers it asked to send); any other OPTIONS gets the methods alone,
+// and a browser then refuses the cross-origin call, as it should.
+func (s *Server) options(w http.ResponseWriter, r *http.Request, c *call) {
+	h := w.Header()
+	h.Set("Allow", "GET, HEAD, POST, OPTIONS")
+	if origin := r.Header.Get("Origin"); origin != "" && s.originAllowed(origin) && r.Header.Get("Access-Control-Request-Method") != "" {
+		h.Set("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS")
+		if asked := r.Header.Get("Access-Control-Request-Headers"); asked != "" && len(asked) <= 4096 {
+			h.Set("Access-Control-Allow-Headers", asked)
+		}
+		h.Set("Access-Control-Max-Age", "600")
+	}
+	w.WriteHeader(http.StatusNoContent)
+	c.status, c.outcome = http.StatusNoContent, OutcomeAnswered
 }
 
 func orDash(s string) string {
@@ -270,3 +478,25 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) code() int { return max(w.status, http.StatusOK) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"slurm-llm/endpoints/upstreams"
@@ -17,6 +18,8 @@ type queue struct {
 	tier    string
 	mu      sync.Mutex
 	waiters []*waiter
+	// waiting is len(waiters), read without the lock by release.
+	waiting atomic.Int64
 	bytes   int64
 	// written is closed once the request last granted a head was written
 	// to it (or gave up): the next granted one waits for it, so that held
@@ -31,6 +34,10 @@ type waiter struct {
 	deadline time.Time
 	size     int64
 	ch       chan grant // buffered: the dispatcher never blocks
+	// user, weight and arrival order it among the others (fair share).
+	user    string
+	weight  float64
+	arrival time.Time
 }
 
 // grant is the dispatcher's answer to a waiter: a head (acquired: its
@@ -61,19 +68,31 @@ func (s *Server) queueOf(tier string) *queue {
 }
 
 // acquire finds a head of c's tier serving c's model, holding the request
-// until one is routed, its deadline, or the client leaves (ctx). It
-// returns the head (acquired) or a refusal; both nil means the client
-// left.
+// until one is routed and has a free slot, its deadline, or the client
+// leaves (ctx). It returns the head (acquired) or a refusal; both nil
+// means the client left. A request that waits only because every head of
+// its model is full (busy) waits in the front door, in fair-share order,
+// until hold_max; when max_held already wait, it goes to the least loaded
+// head, whose own queue takes it (as before the front door queued).
 func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	q := s.queueOf(c.tier)
 	q.mu.Lock()
+	t := s.tab.Load()
+	busy := false
 	if len(q.waiters) == 0 {
-		if h := s.pick(s.tab.Load(), c.tier, c.model); h != nil {
+		var h *head
+		if h, busy = s.pick(t, c.tier, c.model); h != nil {
 			q.mu.Unlock()
 			return h, nil
 		}
+	} else {
+		busy = s.full(t, c.tier, c.model)
 	}
-	v := s.verdict(c.tier, c.deadline)
+	deadline := c.deadline
+	if busy {
+		deadline = maxTime(deadline, s.now().Add(s.cfg.Load().HoldMax))
+	}
+	v := s.verdict(c.tier, deadline)
 	if !v.Hold {
 		q.mu.Unlock()
 		return nil, &refusal{view: s.view(c.tier), why: v.Why}
@@ -82,16 +101,33 @@ func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	if len(q.waiters) >= ft.MaxHeld || q.bytes+c.size > ft.MaxHeldBytes {
 		n := len(q.waiters)
 		q.mu.Unlock()
+		if busy {
+			if h := s.pickAny(t, c.tier, c.model); h != nil {
+				return h, nil
+			}
+		}
 		return nil, &refusal{view: s.view(c.tier), busy: true,
 			why: fmt.Sprintf("no hold: %d requests already wait for tier %s (max_held %d, max_held_bytes %d)", n, c.tier, ft.MaxHeld, ft.MaxHeldBytes)}
 	}
-	w := &waiter{model: c.model, deadline: c.deadline, size: c.size, ch: make(chan grant, 1)}
+	if busy {
+		c.why = "queued: every head of its model was busy"
+	}
+	w := &waiter{model: c.model, deadline: deadline, size: c.size, ch: make(chan grant, 1),
+		user: c.id.User, weight: s.weight(c), arrival: c.start}
 	q.waiters = append(q.waiters, w)
+	q.waiting.Store(int64(len(q.waiters)))
 	q.bytes += w.size
 	s.metrics.heldNow.WithLabelValues(c.tier).Inc()
 	s.dispatchLocked(q) // earlier waiters may be for models no head serves
 	q.mu.Unlock()
 	return s.wait(ctx, q, w, c)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func closedChan() chan struct{} {
@@ -156,6 +192,7 @@ func (s *Server) leave(q *queue, w *waiter) bool {
 	for i, x := range q.waiters {
 		if x == w {
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			q.waiting.Store(int64(len(q.waiters)))
 			q.bytes -= w.size
 			s.metrics.heldNow.WithLabelValues(q.tier).Dec()
 			return true
@@ -171,32 +208,41 @@ func (s *Server) dispatch(q *queue) {
 	s.dispatchLocked(q)
 }
 
-// dispatchLocked walks q's waiters in arrival order: each gets a head
-// serving its model if the table has one, or its 503 if the hold rule now
-// says no; the others keep their place.
+// dispatchLocked walks q's waiters in order (fair share, or arrival):
+// each gets a head serving its model with a free slot if the table has
+// one, or its 503 if the hold rule now says no; the others keep their
+// place.
 func (s *Server) dispatchLocked(q *queue) {
 	if len(q.waiters) == 0 {
 		return
 	}
 	t := s.tab.Load()
-	keep := q.waiters[:0]
-	for _, w := range q.waiters {
+	gone := make([]bool, len(q.waiters))
+	for _, i := range s.order(q) {
+		w := q.waiters[i]
 		var g grant
-		if h := s.pick(t, q.tier, w.model); h != nil {
+		if h, _ := s.pick(t, q.tier, w.model); h != nil {
 			g = grant{head: h, after: q.written, written: make(chan struct{})}
 			q.written = g.written
 		} else if v := s.verdict(q.tier, w.deadline); !v.Hold {
 			g.refusal = &refusal{view: s.view(q.tier), why: v.Why}
 		} else {
-			keep = append(keep, w)
 			continue
 		}
+		gone[i] = true
 		q.bytes -= w.size
 		s.metrics.heldNow.WithLabelValues(q.tier).Dec()
 		w.ch <- g
 	}
+	keep := q.waiters[:0]
+	for i, w := range q.waiters {
+		if !gone[i] {
+			keep = append(keep, w)
+		}
+	}
 	clear(q.waiters[len(keep):])
 	q.waiters = keep
+	q.waiting.Store(int64(len(keep)))
 }
 
 // verdict applies the hold rule to tier for a request with deadline.
@@ -214,22 +260,52 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 	return Decide(in)
 }
 
-// pick acquires the head of tier serving model with the fewest requests in
-// flight (nginx's least_conn), skipping heads that failed within
-// fail_timeout, and heads whose router says the model failed while another
-// does not. Ties go round the heads. nil when none serves the model.
-func (s *Server) pick(t *table, tier, model string) *head {
+// pick acquires the head of tier serving model with the fewest requests
+// in flight (nginx's least_conn) among those with a free slot, skipping
+// heads that failed within fail_timeout, and heads whose router says the
+// model failed while another does not. Ties go round the heads. nil when
+// none can take it now; busy then says that heads serve the model but
+// every one is full.
+func (s *Server) pick(t *table, tier, model string) (h *head, busy bool) {
+	h, full := s.choose(t, tier, model, true)
+	if h != nil {
+		h.inFlight.Add(1)
+	}
+	return h, full
+}
+
+// pickAny is pick that ignores the heads' slots: the head's own queue
+// takes what the front door's cannot.
+func (s *Server) pickAny(t *table, tier, model string) *head {
+	h, _ := s.choose(t, tier, model, false)
+	if h != nil {
+		h.inFlight.Add(1)
+	}
+	return h
+}
+
+// full reports whether heads serve model and every one is full.
+func (s *Server) full(t *table, tier, model string) bool {
+	_, full := s.choose(t, tier, model, true)
+	return full
+}
+
+// choose is pick's choice, acquiring nothing.
+func (s *Server) choose(t *table, tier, model string, slots bool) (best *head, full bool) {
 	hs := t.heads[tier]
 	if len(hs) == 0 {
-		return nil
+		return nil, false
 	}
 	now := s.now()
 	start := int(s.rr.Add(1) % uint64(len(hs)))
-	var best *head
 	bestFailed := false
 	for i := range hs {
 		h := hs[(start+i)%len(hs)]
 		if !h.serves(model) || h.failing(now) {
+			continue
+		}
+		if slots && h.busy() {
+			full = true
 			continue
 		}
 		failed := h.failedModel(model)
@@ -239,10 +315,16 @@ func (s *Server) pick(t *table, tier, model string) *head {
 		}
 	}
 	if best != nil {
-		best.inFlight.Add(1)
+		full = false
 	}
-	return best
+	return best, full
 }
 
-// release ends a request's use of h.
-func (s *Server) release(h *head) { h.inFlight.Add(-1) }
+// release ends a request's use of h; a request waiting for a slot of h's
+// tier may go.
+func (s *Server) release(h *head) {
+	h.inFlight.Add(-1)
+	if q, ok := s.queues.Load(h.tier); ok && q.(*queue).waiting.Load() > 0 {
+		s.dispatch(q.(*queue))
+	}
+}

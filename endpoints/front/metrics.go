@@ -1,6 +1,7 @@
 package front
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,22 @@ type Metrics struct {
 	answers *prometheus.CounterVec
 	// heads lists the routed heads at a scrape (set by the Server).
 	heads atomic.Pointer[func() []*head]
+	// accessDropped counts access lines lost to a writer that fell behind.
+	accessDropped prometheus.Counter
+	// byLabels caches requests' counters by their labels: a lookup by
+	// label values hashes them on every request.
+	byLabels sync.Map // [3]string → prometheus.Counter
+}
+
+// request is llm_front_requests_total's counter for these labels.
+func (m *Metrics) request(tier, model, outcome string) prometheus.Counter {
+	key := [3]string{tier, model, outcome}
+	if c, ok := m.byLabels.Load(key); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.requests.WithLabelValues(tier, model, outcome)
+	m.byLabels.Store(key, c)
+	return c
 }
 
 // Token kinds, the kind label of llm_front_tokens_total.
@@ -103,6 +120,8 @@ func NewMetrics() *Metrics {
 	m.pause = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_continuation_pause_seconds",
 		Help:    "Time from a stream's cut (or its head's drain) to its continuation sent to another head.",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120}}, []string{"tier"})
+	m.accessDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "llm_front_access_log_dropped_total",
+		Help: "Access log lines lost because their writer (the journal, a file) fell too far behind; answers never wait for it."})
 	m.ttft = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_time_to_first_token_seconds",
 		Help:    "Time from a request's sending to a head to its answer's first token reaching the client (holds not counted), by tier and model.",
 		Buckets: ttftBuckets}, []string{"tier", "model"})
@@ -115,7 +134,7 @@ func NewMetrics() *Metrics {
 	m.answers = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_answers_total",
 		Help: "Answers by tier, model and finish reason: the head's (stop, length, tool_calls, ...), error (the head answered an error) or cut (it ended before a finish reason)."},
 		[]string{"tier", "model", "finish_reason"})
-	m.reg.MustRegister(m.requests, m.held, m.heldNow, m.retries, m.upErrors, m.overhead, headCollector{m}, m.continued, m.pause,
+	m.reg.MustRegister(m.accessDropped, m.requests, m.held, m.heldNow, m.retries, m.upErrors, m.overhead, headCollector{m}, m.continued, m.pause,
 		m.ttft, m.itl, m.tokens, m.answers)
 	return m
 }

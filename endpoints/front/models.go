@@ -77,8 +77,9 @@ func statusRank(s string) int {
 // head serves, once, with the tier the front door routes it to. A head's
 // own entry is passed on as it gave it (plus "tier"); a model its file
 // lists but its /v1/models was not read yet gets a minimal entry. Tiers
-// and heads are walked in order, so the answer is stable.
-func mergedModels(t *table, tierOf func(string) string) []byte {
+// and heads are walked in order, so the answer is stable. With only set,
+// the models of that tier alone (its prefix's /v1/models).
+func mergedModels(t *table, tierOf func(string) string, only string) []byte {
 	type merged struct {
 		entry map[string]json.RawMessage
 		rank  int
@@ -87,7 +88,7 @@ func mergedModels(t *table, tierOf func(string) string) []byte {
 	var order []string
 	add := func(id string, entry map[string]json.RawMessage, rank int) {
 		tier := tierOf(id)
-		if tier == "" {
+		if tier == "" || only != "" && tier != only {
 			return
 		}
 		e := maps.Clone(entry)
@@ -156,6 +157,9 @@ func (p *poller) pollAll(ctx context.Context, heads []*head) {
 			if hm, err := p.poll(ctx, h); err == nil {
 				h.models.Store(hm)
 			}
+			if h.slots.Load() == 0 {
+				p.pollSlots(ctx, h)
+			}
 		}()
 	}
 	wg.Wait()
@@ -188,4 +192,35 @@ func (p *poller) poll(ctx context.Context, h *head) (*headModels, error) {
 		return nil, fmt.Errorf("/v1/models: larger than %d bytes", maxModelsBody)
 	}
 	return parseModels(b, p.now())
+}
+
+// pollSlots reads how many requests h serves at once: the entries of its
+// /slots (one per --parallel slot). A head that has no such endpoint (a
+// router without ?model=, a server run with --no-slots: 4xx/501) gets -1,
+// no limit, and is not asked again; one that does not answer is asked at
+// the next refresh.
+func (p *poller) pollSlots(ctx context.Context, h *head) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h.addr+"/slots", nil)
+	if err != nil {
+		return
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode >= 400 && resp.StatusCode < 600 && resp.StatusCode != http.StatusServiceUnavailable {
+			h.slots.Store(-1)
+		}
+		return
+	}
+	var slots []json.RawMessage
+	if json.NewDecoder(io.LimitReader(resp.Body, maxModelsBody)).Decode(&slots) != nil || len(slots) == 0 {
+		h.slots.Store(-1)
+		return
+	}
+	h.slots.Store(int64(len(slots)))
 }

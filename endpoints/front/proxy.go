@@ -33,6 +33,7 @@ var errHeadUnavailable = errors.New("head answered 503")
 // 503 (or the backup model) when the hold rule says no.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, c *call) {
 	ctx := r.Context()
+	c.header = r.Header
 	for c.attempts < maxAttempts {
 		h, ref := s.acquire(ctx, c)
 		if h == nil && ref == nil {
@@ -44,14 +45,23 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 			return
 		}
+		s.begin(c)
 		if s.attempt(w, r, c, h) {
 			return
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		h.failedUntil.Store(s.now().Add(s.cfg.Load().FailTimeout).UnixNano())
 		reason := "error"
+		if c.reused && !c.staleRetried && !errors.Is(c.failure, errHeadUnavailable) {
+			// A kept-alive connection the head had closed: the head is
+			// not at fault, and the request goes again on a new one.
+			c.staleRetried = true
+			s.metrics.retries.WithLabelValues(c.tier, "stale_connection").Inc()
+			s.log.Debug("kept-alive connection to a head was closed; trying again", "tier", c.tier, "head", h.addr, "error", c.failure)
+			continue
+		}
+		h.failedUntil.Store(s.now().Add(s.cfg.Load().FailTimeout).UnixNano())
 		if errors.Is(c.failure, errHeadUnavailable) {
 			reason = "head_503"
 		}
@@ -73,15 +83,24 @@ func (s *Server) attempt(w http.ResponseWriter, r *http.Request, c *call, h *hea
 	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
 	defer func() {
 		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler { // the head broke mid-answer: the client's answer is cut
-				c.outcome = OutcomeCut
-				s.metrics.upErrors.WithLabelValues(c.tier, "mid_answer").Inc()
+			if p == http.ErrAbortHandler {
+				// The copy to the client broke: the client left (a failed
+				// write, or its context ended), or the head broke
+				// mid-answer and the client's answer is cut.
+				if c.gone || r.Context().Err() != nil {
+					c.gone = true
+				} else {
+					c.outcome = OutcomeCut
+					s.metrics.upErrors.WithLabelValues(c.tier, "mid_answer").Inc()
+				}
 			}
 			panic(p)
 		}
 	}()
 	s.rp.ServeHTTP(cw, out)
 	switch {
+	case c.sent && c.gone:
+		return true
 	case c.sent:
 		if c.outcome == "" { // a splicer that gave up says cut
 			c.outcome = OutcomeAnswered
@@ -114,14 +133,16 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			pr.Out.ContentLength = int64(len(c.body))
 			pr.Out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
 			pr.Out.Header.Del(HoldHeader)
+			// The body was read whole already: a head's 100 Continue would
+			// only stand between the client and the head's real answer.
+			pr.Out.Header.Del("Expect")
 			pr.SetXForwarded()
-			// llama-server may close a kept-alive connection after a
-			// stream; a stream's own connection is not reused.
-			pr.Out.Close = c.stream
+			c.reused = false
+			trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { c.reused = i.Reused }}
 			if c.onWritten != nil { // a held request: the next one waits for it
-				pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(),
-					&httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { c.written() }}))
+				trace.WroteRequest = func(httptrace.WroteRequestInfo) { c.written() }
 			}
+			pr.Out = pr.Out.WithContext(httptrace.WithClientTrace(pr.Out.Context(), trace))
 			c.dispatched = s.now()
 			if c.attempts == 1 {
 				s.metrics.overhead.Observe(c.dispatched.Sub(c.start).Seconds() - c.held.Seconds())
@@ -139,9 +160,15 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				return errHeadUnavailable
 			}
 			resp.Header.Set(TierHeader, c.head.tier)
-			if c.kind != streamNone && !c.backup && resp.StatusCode == http.StatusOK &&
-				strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				resp.Body = s.newSplicer(c, resp.Body)
+			switch {
+			case resp.StatusCode >= http.StatusBadRequest:
+				c.finish = finishError
+			case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
+				if c.kind != streamNone && !c.backup && resp.StatusCode == http.StatusOK {
+					resp.Body = s.newSplicer(c, resp.Body)
+				}
+			default:
+				resp.Body = newSniffer(c, resp.Body)
 			}
 			return nil
 		},
@@ -172,7 +199,13 @@ type clientWriter struct {
 	now     func() time.Time
 }
 
+// WriteHeader passes the head's status on and marks the call sent; a 1xx
+// (the proxy forwards a head's informational answers) is neither: the
+// real answer, a 503 among them, is still to come.
 func (cw *clientWriter) WriteHeader(status int) {
+	if status < 200 {
+		return
+	}
 	cw.c.sent, cw.c.status = true, status
 	cw.ResponseWriter.WriteHeader(status)
 }
@@ -184,6 +217,9 @@ func (cw *clientWriter) Write(b []byte) (int, error) {
 	_ = cw.rc.SetWriteDeadline(cw.now().Add(cw.timeout))
 	n, err := cw.ResponseWriter.Write(b)
 	cw.c.bytesOut += int64(n)
+	if err != nil {
+		cw.c.gone = true
+	}
 	return n, err
 }
 
@@ -212,8 +248,12 @@ func (s *Server) unavailable(w http.ResponseWriter, c *call, ref *refusal) {
 	c.status, c.bytesOut, c.outcome, c.why = http.StatusServiceUnavailable, int64(n), OutcomeUnavailable, ref.why
 }
 
-// busyBody is the 503 of a tier whose queue of held requests is full.
+// busyBody is the 503 of a tier whose queue of held requests is full, or
+// (tier "") of a front door holding as many request bytes as it may.
 func busyBody(tier string) []byte {
+	if tier == "" {
+		return []byte(`{"error":{"message":"the front door is busy: too many request bytes are in flight; retry later","type":"service_unavailable","code":503},"reason":"busy: too many request bytes in flight","expected_back":null}` + "\n")
+	}
 	return []byte(fmt.Sprintf(`{"error":{"message":"tier %s is unavailable: too many requests are waiting for it; retry later","type":"service_unavailable","code":503},"tier":%q,"reason":"busy: too many requests waiting","expected_back":null}`+"\n", tier, tier))
 }
 
@@ -229,15 +269,11 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) bool {
 	if tier == "" || tier == c.tier {
 		return false
 	}
-	h := s.pick(s.tab.Load(), tier, name)
+	h, _ := s.pick(s.tab.Load(), tier, name)
 	if h == nil {
 		return false
 	}
-	body, err := setModel(c.body, name)
-	if err != nil {
-		s.release(h)
-		return false
-	}
+	body := setModel(c.body, c.keys, name)
 	own := c.body
 	c.body, c.backup = body, true
 	if s.attempt(w, r, c, h) {

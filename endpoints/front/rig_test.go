@@ -33,8 +33,14 @@ type testHead struct {
 	srv    *httptest.Server
 
 	mu   sync.Mutex
-	mode string   // "" answers; "503" answers llama-server's loading 503; "reset" closes the connection; "cut" streams 2 tokens then closes; "fail" streams 2 tokens then an error event; "block" waits for the client to leave
+	mode string   // "" answers; "503" answers llama-server's loading 503; "reset" closes the connection; "cut" streams 2 tokens then closes; "fail" streams 2 tokens then an error event; "errfield" and "errevent" the same as older llama-server sent it ("error:" field) and as "event: error"; "block" waits for the client to leave
 	seen []string // each request's first message content, in arrival order
+	// headers are the requests' headers, in arrival order.
+	headers []http.Header
+	// multiline sends each chunk's data over two data lines; pairs puts
+	// two tokens in each chunk (llama-server holds a token that ends
+	// inside a UTF-8 character back and sends it with the next).
+	multiline, pairs bool
 	// bodies are the requests as received.
 	bodies []map[string]any
 	// echo: a continuation's first delta repeats the prefill (llama-server's
@@ -79,12 +85,35 @@ type chatReq struct {
 	NPredict  int    `json:"n_predict"`
 	Prompt    string `json:"prompt"`
 	Messages  []struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+		Role    string      `json:"role"`
+		Content textContent `json:"content"`
 	} `json:"messages"`
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+}
+
+// textContent is a message's content as the head reads it: a string, or
+// the text of an array of parts.
+type textContent string
+
+func (c *textContent) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*c = textContent(s)
+		return nil
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return err
+	}
+	for _, p := range parts {
+		s += p.Text
+	}
+	*c = textContent(s)
+	return nil
 }
 
 func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
@@ -104,6 +133,18 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw, _ := io.ReadAll(r.Body)
+	if r.URL.Path == "/tokenize" { // llama-server's: one token per word here
+		var q struct {
+			Content string `json:"content"`
+		}
+		_ = json.Unmarshal(raw, &q)
+		toks := []int{}
+		for range strings.Fields(q.Content) {
+			toks = append(toks, len(toks))
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"tokens": toks})
+		return
+	}
 	var req chatReq
 	if err := json.Unmarshal(raw, &req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -113,11 +154,12 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.Unmarshal(raw, &body)
 	tag := ""
 	if len(req.Messages) > 0 {
-		tag = req.Messages[0].Content
+		tag = string(req.Messages[0].Content)
 	}
 	h.mu.Lock()
 	h.seen = append(h.seen, tag)
 	h.bodies = append(h.bodies, body)
+	h.headers = append(h.headers, r.Header.Clone())
 	mode, gate, echo, tokens := h.mode, h.gate, h.echo, h.tokens
 	h.mu.Unlock()
 	switch mode {
@@ -153,9 +195,16 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 	fl := w.(http.Flusher)
 	raw := r.URL.Path == "/completion"
 	id := "c-" + h.job
+	h.mu.Lock()
+	multiline, pairs := h.multiline, h.pairs
+	h.mu.Unlock()
 	send := func(v any) {
 		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\n\n", b)
+		if i := strings.Index(string(b), `,"model"`); multiline && i > 0 {
+			fmt.Fprintf(w, "data: %s\ndata: %s\n\n", b[:i], b[i:])
+		} else {
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
 		fl.Flush()
 	}
 	chunk := func(delta map[string]any, finish any) map[string]any {
@@ -174,7 +223,7 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 	}
 	first, prefill, words := 0, "", 0
 	if k := len(req.Messages); k > 0 && req.Messages[k-1].Role == "assistant" {
-		prefill = req.Messages[k-1].Content
+		prefill = string(req.Messages[k-1].Content)
 		first = len(strings.Fields(prefill))
 	}
 	if raw {
@@ -185,7 +234,7 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 		}
 	}
 	for _, m := range req.Messages {
-		words += len(strings.Fields(m.Content))
+		words += len(strings.Fields(string(m.Content)))
 	}
 	if !raw {
 		send(chunk(map[string]any{"role": "assistant", "content": nil}, nil))
@@ -208,7 +257,19 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 			send(map[string]any{"error": map[string]any{"code": 500, "message": "The model produced output that does not match the expected peg-native format", "type": "server_error"}})
 			return
 		}
+		if (mode == "errfield" || mode == "errevent") && i == 2 {
+			field := "error: "
+			if mode == "errevent" {
+				field = "event: error\ndata: "
+			}
+			fmt.Fprintf(w, "%s{\"code\":500,\"message\":\"the head failed\",\"type\":\"server_error\"}\n\n", field)
+			fl.Flush()
+			return
+		}
 		text := fmt.Sprintf("t%d ", first+i)
+		if pairs {
+			text = fmt.Sprintf("t%d t%d ", first+2*i, first+2*i+1)
+		}
 		if i == 0 && echo {
 			text = prefill + text
 		}
@@ -262,7 +323,7 @@ func (o *sendOrder) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = json.NewDecoder(b).Decode(&cr)
 			if len(cr.Messages) > 0 {
 				o.mu.Lock()
-				o.tags = append(o.tags, cr.Messages[0].Content)
+				o.tags = append(o.tags, string(cr.Messages[0].Content))
 				o.mu.Unlock()
 			}
 		}
@@ -276,16 +337,23 @@ func (o *sendOrder) order() []string {
 	return append([]string(nil), o.tags...)
 }
 
-func newRig(t testing.TB, edit func(*upstreams.FrontConfig)) *rig {
+// testConfig is [front] with its defaults and the tiers fast and reasoning.
+func testConfig() upstreams.FrontConfig {
 	cfg := upstreams.DefaultFrontConfig()
 	cfg.Tiers["fast"] = upstreams.DefaultFrontTier
 	cfg.Tiers["reasoning"] = upstreams.DefaultFrontTier
+	return cfg
+}
+
+func newRig(t testing.TB, edit func(*upstreams.FrontConfig)) *rig {
+	cfg := testConfig()
 	if edit != nil {
 		edit(&cfg)
 	}
 	r := &rig{t: t, log: &syncBuf{}}
 	r.sent = &sendOrder{rt: headTransport(cfg.ConnectTimeout)}
 	r.s = New(cfg, Options{AccessLog: r.log, Transport: r.sent})
+	t.Cleanup(r.s.Close)
 	r.srv = httptest.NewUnstartedServer(r.s)
 	r.srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateNew {
@@ -342,6 +410,13 @@ func (r *rig) do(model, tag string, hdr ...string) (int, http.Header, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, string(b)
+}
+
+// accessLog is the access log so far: every line of a request answered
+// before the call (they are written off the answers' path).
+func (r *rig) accessLog() string {
+	r.s.access.flush(5 * time.Second)
+	return r.log.String()
 }
 
 // held is how many requests the front door holds for tier.

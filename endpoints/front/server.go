@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -28,6 +29,10 @@ type Options struct {
 	Metrics   *Metrics
 	// Transport carries requests to the heads (tests inject faults).
 	Transport http.RoundTripper
+	// Access says who sent a request, applies the users' limits and fair
+	// share, and records their use (issue 28); nil: nobody is known,
+	// nothing limited, held requests go in arrival order.
+	Access *access.Access
 }
 
 // Server is the front door: an http.Handler routing by model over the
@@ -41,6 +46,10 @@ type Server struct {
 	rp      *httputil.ReverseProxy
 	poller  poller
 	rr      atomic.Uint64
+	// access writes the access log off the answers' path (nil: none);
+	// bodyBytes counts the request bodies held now (max_body_bytes_in_flight).
+	access    *accessLog
+	bodyBytes atomic.Int64
 	// polled is signalled after a table with new heads, so their models
 	// are read at once rather than at the next refresh.
 	polled chan struct{}
@@ -85,6 +94,12 @@ func New(cfg upstreams.FrontConfig, opts Options) *Server {
 	s.tab.Store(&table{heads: map[string][]*head{}, views: map[string]upstreams.TierView{}})
 	s.catalog.Store(&map[string]string{})
 	s.rp = s.newProxy()
+	if opts.AccessLog != nil {
+		s.access = newAccessLog(opts.AccessLog, func() { s.metrics.accessDropped.Inc() })
+	}
+	if opts.Access != nil {
+		s.metrics.reg.MustRegister(opts.Access.Collectors()...)
+	}
 	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second), now: opts.Now}
 	return s
 }
@@ -105,6 +120,15 @@ func headTransport(connect time.Duration) *http.Transport {
 }
 
 func (s *Server) now() time.Time { return s.opts.Now() }
+
+// Close writes the access lines still queued and stops their writer; call
+// it once the listeners are shut down (requests still under way would
+// have their lines lost).
+func (s *Server) Close() {
+	if s.access != nil {
+		s.access.close()
+	}
+}
 
 // draining reports whether h's endpoint file now says draining.
 func (s *Server) draining(h *head) bool { return s.tab.Load().drainingFiles[h.file] }
@@ -307,6 +331,33 @@ func (s *Server) knownModels() []string {
 		out = append(out, ft.Models...)
 	}
 	out = append(out, slices.Collect(maps.Keys(cfg.Aliases))...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// tierModels lists the model names tier serves, as far as the front door
+// knows: its routed heads', its configured models, its files', and names
+// learned for it; sorted.
+func (s *Server) tierModels(tier string) []string {
+	t := s.tab.Load()
+	var out []string
+	for _, h := range t.heads[tier] {
+		if d := h.declared.Load(); d != nil {
+			out = append(out, *d...)
+		}
+		if hm := h.models.Load(); hm != nil {
+			out = append(out, slices.Collect(maps.Keys(hm.byID))...)
+		}
+	}
+	out = append(out, s.tierCfg(tier).Models...)
+	out = append(out, t.fileModels[tier]...)
+	s.mu.Lock()
+	for m, tr := range s.learned {
+		if tr == tier {
+			out = append(out, m)
+		}
+	}
+	s.mu.Unlock()
 	slices.Sort(out)
 	return slices.Compact(out)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"slurm-llm/endpoints/upstreams"
@@ -26,7 +27,21 @@ type TierStatus struct {
 	// nothing new goes there.
 	Draining []string `json:"draining,omitempty"`
 	Held     int      `json:"held"`
+	// Users are the tier's users now, most requests first: on a head
+	// (serving) and waiting in the front door (the queue by user); ""
+	// is anonymous. At most maxStatusUsers.
+	Users []UserStatus `json:"users,omitempty"`
 }
+
+// UserStatus is one user of a tier now.
+type UserStatus struct {
+	User    string `json:"user"`
+	Serving int    `json:"serving"`
+	Waiting int    `json:"waiting"`
+}
+
+// maxStatusUsers bounds the users /status lists per tier.
+const maxStatusUsers = 20
 
 // HeadStatus is one routed head in Status.
 type HeadStatus struct {
@@ -59,10 +74,28 @@ func (s *Server) Status() Status {
 			hs.Models = slices.Compact(hs.Models)
 			ts.Heads = append(ts.Heads, hs)
 		}
+		users := map[string]*UserStatus{}
+		get := func(name string) *UserStatus {
+			if users[name] == nil {
+				users[name] = &UserStatus{User: name}
+			}
+			return users[name]
+		}
 		q := s.queueOf(tier)
 		q.mu.Lock()
 		ts.Held = len(q.waiters)
+		for _, w := range q.waiters {
+			get(w.user).Waiting++
+		}
 		q.mu.Unlock()
+		if s.opts.Access != nil {
+			for name, l := range s.opts.Access.Tracker.Loads(tier) {
+				if l.Serving > 0 {
+					get(name).Serving = l.Serving
+				}
+			}
+		}
+		ts.Users = topUsers(users)
 		st.Tiers = append(st.Tiers, ts)
 	}
 	return st
@@ -72,4 +105,20 @@ func (s *Server) Status() Status {
 func (s *Server) StatusJSON() []byte {
 	b, _ := json.MarshalIndent(s.Status(), "", "  ")
 	return append(b, '\n')
+}
+
+// topUsers orders users by their requests (serving and waiting), most
+// first, then by name, and keeps maxStatusUsers.
+func topUsers(users map[string]*UserStatus) []UserStatus {
+	out := make([]UserStatus, 0, len(users))
+	for _, u := range users {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b UserStatus) int {
+		if d := (b.Serving + b.Waiting) - (a.Serving + a.Waiting); d != 0 {
+			return d
+		}
+		return strings.Compare(a.User, b.User)
+	})
+	return out[:min(len(out), maxStatusUsers)]
 }

@@ -29,6 +29,17 @@ type head struct {
 	inFlight    atomic.Int64
 	failedUntil atomic.Int64 // unix ns; 0 when not failing
 	models      atomic.Pointer[headModels]
+	// slots is how many requests the head serves at once (its /slots, as
+	// llama-server's --parallel); 0 before it was read, -1 when it cannot
+	// be (router mode): unknown is no limit.
+	slots atomic.Int64
+}
+
+// busy reports whether every slot of the head is taken by requests
+// through the front door (a head whose slots are unknown never is).
+func (h *head) busy() bool {
+	n := h.slots.Load()
+	return n > 0 && h.inFlight.Load() >= n
 }
 
 // serves reports whether the head serves model: its file lists it, or its

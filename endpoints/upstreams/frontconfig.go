@@ -3,8 +3,10 @@ package upstreams
 import (
 	"maps"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -69,6 +71,17 @@ type FrontConfig struct {
 	// MaxContinuations bounds how many times one streamed answer is
 	// continued on another head.
 	MaxContinuations int
+	// MaxBodyBytesInFlight bounds the request bodies the front door holds
+	// at once, all clients together (each is kept until its answer ends,
+	// for retries and continuations); past it a request gets a 503 busy at
+	// once instead of growing the process without bound.
+	MaxBodyBytesInFlight int64
+	// CORSOrigins are the browser origins ("https://chat.example.org", or
+	// "*" for any) whose cross-origin requests the front door allows: it
+	// answers their preflight (OPTIONS) and marks its answers to them.
+	// Empty (default): no origin is allowed; a preflight gets 204 without
+	// CORS headers, and the browser refuses the call.
+	CORSOrigins []string
 
 	// Auth, Usage, FairShare and Limits are [front.auth], [front.usage],
 	// [front.fair_share] and [front.limits] (frontaccess.go): who sends
@@ -99,6 +112,14 @@ type FrontTier struct {
 	// Continue: a stream of the tier cut before its end (its head stopped)
 	// is continued on another head of its model (default true).
 	Continue bool
+	// Prefix, when set ("/reasoning"), is a path under which the front
+	// door serves this tier alone, as nginx's per-tier URLs did:
+	// PREFIX/v1/chat/completions goes to the tier whatever tier the body's
+	// model names (a model of another tier is refused 400; a name no tier
+	// serves gets the tier's model when it serves exactly one, as a
+	// single-model llama-server answers any name), and PREFIX/v1/models
+	// lists the tier's models. "" means none.
+	Prefix string
 }
 
 // DefaultFrontTier is a tier's front-door settings when [front.tiers.NAME]
@@ -119,6 +140,8 @@ var defaultFront = FrontConfig{
 	ModelsRefresh:     2 * time.Second,
 	AccessLog:         "-",
 	MaxContinuations:  3,
+
+	MaxBodyBytesInFlight: 256 << 20,
 }
 
 // DefaultFrontConfig is [front] with every key left out (listening
@@ -135,24 +158,26 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 	f := &c.Front
 	setAccessDefaults(f)
 	fields := map[string]tomlconf.Field{
-		"listen":              d.String(&f.Listen),
-		"metrics_listen":      d.String(&f.MetricsListen),
-		"hint_listen":         d.String(&f.HintListen),
-		"max_header_bytes":    d.Bytes(&f.MaxHeaderBytes),
-		"max_body_bytes":      d.Bytes(&f.MaxBodyBytes),
-		"read_header_timeout": d.Duration(&f.ReadHeaderTimeout),
-		"read_timeout":        d.Duration(&f.ReadTimeout),
-		"idle_timeout":        d.Duration(&f.IdleTimeout),
-		"write_timeout":       d.Duration(&f.WriteTimeout),
-		"connect_timeout":     d.Duration(&f.ConnectTimeout),
-		"fail_timeout":        d.Duration(&f.FailTimeout),
-		"hold_max":            d.Duration(&f.HoldMax),
-		"hold_unknown":        d.Duration(&f.HoldUnknown),
-		"models_refresh":      d.Duration(&f.ModelsRefresh),
-		"access_log":          d.String(&f.AccessLog),
-		"aliases":             d.StringMap(&f.Aliases),
-		"default_model":       d.String(&f.DefaultModel),
-		"max_continuations":   d.Int(&f.MaxContinuations),
+		"listen":                   d.String(&f.Listen),
+		"metrics_listen":           d.String(&f.MetricsListen),
+		"hint_listen":              d.String(&f.HintListen),
+		"max_header_bytes":         d.Bytes(&f.MaxHeaderBytes),
+		"max_body_bytes":           d.Bytes(&f.MaxBodyBytes),
+		"read_header_timeout":      d.Duration(&f.ReadHeaderTimeout),
+		"read_timeout":             d.Duration(&f.ReadTimeout),
+		"idle_timeout":             d.Duration(&f.IdleTimeout),
+		"write_timeout":            d.Duration(&f.WriteTimeout),
+		"connect_timeout":          d.Duration(&f.ConnectTimeout),
+		"fail_timeout":             d.Duration(&f.FailTimeout),
+		"hold_max":                 d.Duration(&f.HoldMax),
+		"hold_unknown":             d.Duration(&f.HoldUnknown),
+		"models_refresh":           d.Duration(&f.ModelsRefresh),
+		"access_log":               d.String(&f.AccessLog),
+		"aliases":                  d.StringMap(&f.Aliases),
+		"default_model":            d.String(&f.DefaultModel),
+		"max_continuations":        d.Int(&f.MaxContinuations),
+		"max_body_bytes_in_flight": d.Bytes(&f.MaxBodyBytesInFlight),
+		"cors_origins":             d.Strings(&f.CORSOrigins),
 		"tiers": d.Each(func(name string) tomlconf.Field {
 			return func(key toml.Key, v any) {
 				ft := DefaultFrontTier
@@ -163,6 +188,7 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 					"models":         d.Strings(&ft.Models),
 					"backup_model":   d.String(&ft.BackupModel),
 					"continue":       d.Bool(&ft.Continue),
+					"prefix":         d.String(&ft.Prefix),
 				}, nil)
 				f.Tiers[name] = ft
 			}
@@ -209,11 +235,20 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 	if f.MaxBodyBytes < 4<<10 {
 		d.Invalid(toml.Key{"front", "max_body_bytes"}, "want at least 4 KiB")
 	}
+	if f.MaxBodyBytesInFlight < f.MaxBodyBytes {
+		d.Invalid(toml.Key{"front", "max_body_bytes_in_flight"}, "want at least max_body_bytes (%d)", f.MaxBodyBytes)
+	}
+	for _, o := range f.CORSOrigins {
+		if !validOrigin(o) {
+			d.Invalid(toml.Key{"front", "cors_origins"}, "%q: want an origin (scheme://host[:port], no path) or \"*\"", o)
+		}
+	}
 	for alias, model := range f.Aliases {
 		if alias == "" || model == "" || !endpoints.PrintableName(alias) || !endpoints.PrintableName(model) {
 			d.Invalid(toml.Key{"front", "aliases", alias}, "want a model name (1-256 printable bytes) for a name (the same)")
 		}
 	}
+	prefixes := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(f.Tiers)) {
 		key := toml.Key{"front", "tiers", name}
 		ft := f.Tiers[name]
@@ -235,6 +270,14 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 				d.Invalid(append(key, "models"), "%q: want 1-256 printable bytes", m)
 			}
 		}
+		if ft.Prefix != "" {
+			if why := badPrefix(ft.Prefix); why != "" {
+				d.Invalid(append(key, "prefix"), "%q: %s", ft.Prefix, why)
+			} else if other, ok := prefixes[ft.Prefix]; ok {
+				d.Invalid(append(key, "prefix"), "%q: tier %s has it too", ft.Prefix, other)
+			}
+			prefixes[ft.Prefix] = name
+		}
 	}
 	for name := range c.Tiers {
 		if _, ok := f.Tiers[name]; !ok {
@@ -242,4 +285,40 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 		}
 	}
 	c.checkAccess(d)
+}
+
+// badPrefix says why a tier's path prefix cannot be used; "" when it can:
+// one or more path segments of letters, digits, '-', '_' and '.', not a
+// path the front door answers itself.
+func badPrefix(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
+		return "want a path such as /reasoning (a leading slash, none at the end)"
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return "want path segments, no empty, . or .. segment"
+		}
+		for _, r := range seg {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+				return "want letters, digits, '-', '_' and '.' in its segments"
+			}
+		}
+	}
+	switch first, _, _ := strings.Cut(p[1:], "/"); first {
+	case "v1", "health", "models", "completion", "completions", "chat", "embeddings", "infill", "rerank",
+		"reranking", "tokenize", "detokenize", "apply-template":
+		return "a path the front door serves itself"
+	}
+	return ""
+}
+
+// validOrigin reports whether o is "*" or a browser origin: scheme and
+// host (and port), nothing after.
+func validOrigin(o string) bool {
+	if o == "*" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+		(u.Path == "" || u.Path == "/") && u.RawQuery == "" && u.Fragment == "" && u.User == nil && !strings.HasSuffix(o, "/")
 }

@@ -39,7 +39,15 @@ max_held = 64
 max_held_bytes = "8MiB"
 models = ["OR1-Behemoth"]
 backup_model = "qwen"
+prefix = "/reasoning"
 `},
+		{name: "cors origins and the bodies' bound", toml: base + "[front]\ncors_origins = [\"https://chat.example.org\", \"http://localhost:3000\", \"*\"]\nmax_body_bytes_in_flight = \"1GiB\"\n"},
+		{name: "a prefix without its slash", toml: base + "[front.tiers.reasoning]\nprefix = \"reasoning\"\n", wantErr: "c.toml:7: front.tiers.reasoning.prefix: \"reasoning\": want a path such as /reasoning"},
+		{name: "a prefix the front door serves", toml: base + "[front.tiers.reasoning]\nprefix = \"/v1\"\n", wantErr: "a path the front door serves itself"},
+		{name: "a prefix twice", toml: base + "[front.tiers.fast]\nprefix = \"/llm\"\n[front.tiers.reasoning]\nprefix = \"/llm\"\n", wantErr: "front.tiers.reasoning.prefix: \"/llm\": tier fast has it too"},
+		{name: "a prefix with a dot segment", toml: base + "[front.tiers.reasoning]\nprefix = \"/a/../b\"\n", wantErr: "no empty, . or .. segment"},
+		{name: "an origin with a path", toml: base + "[front]\ncors_origins = [\"https://x.org/app\"]\n", wantErr: "c.toml:7: front.cors_origins: \"https://x.org/app\": want an origin"},
+		{name: "bodies' bound below one body", toml: base + "[front]\nmax_body_bytes = \"32MiB\"\nmax_body_bytes_in_flight = \"1MiB\"\n", wantErr: "front.max_body_bytes_in_flight: want at least max_body_bytes"},
 		{name: "unknown key at its line", toml: base + "[front]\nlisten = \"127.0.0.1:8090\"\nhodl = \"1s\"\n", wantErr: "c.toml:8: front.hodl: unknown key"},
 		{name: "a tier not in [tiers]", toml: base + "[front.tiers.slow]\nhold = \"1s\"\n", wantErr: "c.toml:6: front.tiers.slow: not a tier of [tiers]"},
 		{name: "hold over hold_max", toml: base + "[front]\nhold_max = \"1m\"\n[front.tiers.fast]\nhold = \"2m\"\n", wantErr: "c.toml:9: front.tiers.fast.hold: want 0s to hold_max"},

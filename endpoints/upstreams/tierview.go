@@ -297,19 +297,33 @@ func fromFiles(in viewInput) (string, *time.Time, bool) {
 // refusal is the reason of a tier whose endpoint file is refused: a ready
 // file kept from routing by a check (the job's owner or name, the network,
 // the tier not configured), or a file of the tier's name the scan refused
-// (its owner, mode, content). It names the file and why, so that the 503
-// and status say what the file table says.
+// (its owner, mode, content). It names the file and the rule it broke, in
+// fixed words: the reason is the tier's public 503, and what a file or a
+// job name says is chosen by whoever wrote it (status and the log have the
+// details).
 func refusal(in viewInput) (string, bool) {
 	for _, d := range in.Decisions {
 		if d.Endpoint.State == endpoints.StateReady && !d.Live && !in.Now.After(d.Endpoint.LeaseExpires) &&
 			d.Why != endpoints.WhySuperseded && d.Why != WhyAwaitingScheduler && d.Why != endpoints.WhyOldTerm {
-			return ReasonRefused + " (" + d.File + ": " + d.Why + ")", true
+			return ReasonRefused + " (" + d.File + ": " + publicWhy(d.Why) + ")", true
 		}
 	}
 	for _, r := range in.Rejected {
-		return ReasonRefused + " (" + r.File + ": " + r.Reason + ")", true
+		return ReasonRefused + " (" + r.File + ": " + endpoints.PublicRule(r.Reason) + ")", true
 	}
 	return "", false
+}
+
+// publicWhy is a routing decision's why in fixed words: the scheduler's
+// checks quote the job's name, which its submitter chose.
+func publicWhy(why string) string {
+	switch {
+	case strings.HasPrefix(why, "job owned by uid"):
+		return "its job belongs to another user than the file's owner"
+	case strings.HasPrefix(why, "job named"):
+		return "its job is not named as the tier's jobs"
+	}
+	return why // the updater's and liveness's own fixed words
 }
 
 // stillPreempted reports whether the memory says run restarts of job was

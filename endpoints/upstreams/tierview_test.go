@@ -129,10 +129,18 @@ func TestComputeView(t *testing.T) {
 		// not the tier's), while status's file table said why.
 		{name: "its ready file refused for its job's name: says so, and why", in: viewInput{Asked: true,
 			Decisions: []endpoints.Decision{refusedFile(`job named "llm-fst", not "llm-fast"`)}},
-			want: TierView{State: StateDown, Reason: ReasonRefused + ` (fast-7.json: job named "llm-fst", not "llm-fast")`, RetryAfter: 30}},
+			want: TierView{State: StateDown, Reason: ReasonRefused + " (fast-7.json: its job is not named as the tier's jobs)", RetryAfter: 30}},
 		{name: "a file of the tier refused by the scan: says so, and why", in: viewInput{Asked: true,
 			Rejected: []endpoints.Rejected{{File: "fast-7.json", Reason: "owned by uid 1001, not an allowed owner"}}},
-			want: TierView{State: StateDown, Reason: ReasonRefused + " (fast-7.json: owned by uid 1001, not an allowed owner)", RetryAfter: 30}},
+			want: TierView{State: StateDown, Reason: ReasonRefused + " (fast-7.json: its owner is not an allowed owner)", RetryAfter: 30}},
+		// A cluster user's file must not put its words in front of every
+		// user of the tier: the 503 quoted a parse error's excerpt of it.
+		{name: "a refused file's content is never quoted", in: viewInput{Asked: true,
+			Rejected: []endpoints.Rejected{{File: "fast-41.json", Reason: `parse: parsing time "127.0.0.1:1; } server PWNED:80; #" as "2006-01-02T15:04:05Z07:00"`}}},
+			want: TierView{State: StateDown, Reason: ReasonRefused + " (fast-41.json: its content is not a valid endpoint file)", RetryAfter: 30}},
+		{name: "nor a job's name", in: viewInput{Asked: true,
+			Decisions: []endpoints.Decision{refusedFile(`job named "Free GPUs at evil.example", not "llm-fast"`)}},
+			want: TierView{State: StateDown, Reason: ReasonRefused + " (fast-7.json: its job is not named as the tier's jobs)", RetryAfter: 30}},
 		{name: "draining for a preemption", in: viewInput{Asked: true,
 			Decisions: []endpoints.Decision{fileIn(endpoints.StateDraining, "preempted", t0.Add(-time.Hour))}},
 			want: TierView{State: StateDown, Reason: ReasonPreempted, RetryAfter: 30}},

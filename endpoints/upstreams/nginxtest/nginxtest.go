@@ -31,6 +31,8 @@ type Nginx struct {
 	Fast, Reasoning int
 	// ExtraDir's *.conf files are included in http {} (tests add servers).
 	ExtraDir string
+	// PID is the master's process id, and its workers' process group.
+	PID int
 }
 
 // Bin finds the nginx binary, or skips the test (not root, no nginx).
@@ -76,6 +78,7 @@ func Start(t testing.TB, siteFile string, workers int) *Nginx {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	n.PID = cmd.Process.Pid
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
