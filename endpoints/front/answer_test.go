@@ -59,6 +59,28 @@ func TestStreamedAnswerIsCounted(t *testing.T) {
 	}
 }
 
+// TestStreamOptionsNullIsCounted: a chat stream whose client sends
+// "stream_options": null (no options) is asked for its usage like one
+// that sends none, and the client does not get the chunk; the front door
+// left null as it was, so the head sent no usage and the answer's tokens
+// were counted nowhere (metrics, usage database, token limits).
+func TestStreamOptionsNullIsCounted(t *testing.T) {
+	r := newRig(t, nil)
+	h := newTestHead(t, "fast", "1", "qwen-a")
+	h.tokens = 5
+	r.route(nil, h)
+	got, err := r.streamAnswer("/v1/chat/completions", `,"stream_options":null`, `[{"role":"user","content":"three words here"}]`)
+	if err != nil || !got.done || got.usage != nil {
+		t.Fatalf("answer %+v, %v; want it whole, without a usage chunk", got, err)
+	}
+	m := r.s.metrics
+	counts := [2]float64{testutil.ToFloat64(m.tokens.WithLabelValues("fast", "qwen-a", "prompt")),
+		testutil.ToFloat64(m.tokens.WithLabelValues("fast", "qwen-a", "completion"))}
+	if d := cmp.Diff([2]float64{3, 5}, counts); d != "" {
+		t.Errorf("prompt and completion tokens counted (-want +got):\n%s", d)
+	}
+}
+
 // TestWholeAnswerIsCounted: a whole answer's usage and finish, read from
 // its body on the way.
 func TestWholeAnswerIsCounted(t *testing.T) {

@@ -112,6 +112,9 @@ func askUsage(body []byte, k reqKeys) []byte {
 	if k.streamOptionsAt < 0 {
 		return insertKey(body, "stream_options", []byte(`{"include_usage":true}`))
 	}
+	if string(k.streamOptions) == "null" { // no options, as when absent
+		return replaceAt(body, k.streamOptionsAt, len(k.streamOptions), []byte(`{"include_usage":true}`))
+	}
 	var opts map[string]json.RawMessage
 	if json.Unmarshal(k.streamOptions, &opts) != nil || opts == nil {
 		return body // not an object: the head's to refuse
