@@ -150,6 +150,8 @@ func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
 	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: bufio.NewReaderSize(body, 16<<10)}
 	if why := refusedBecause(c.kind, c.keys); why != "" {
 		sp.refuse = why
+	} else if c.backup {
+		sp.refuse = "a backup model's answer is not continued"
 	} else if !s.tierCfg(c.tier).Continue {
 		sp.refuse = "continuation is off for tier " + c.tier
 	}

@@ -164,7 +164,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			case resp.StatusCode >= http.StatusBadRequest:
 				c.finish = finishError
 			case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
-				if c.kind != streamNone && !c.backup && resp.StatusCode == http.StatusOK {
+				if c.kind != streamNone && resp.StatusCode == http.StatusOK {
 					resp.Body = s.newSplicer(c, resp.Body)
 				}
 			default:
