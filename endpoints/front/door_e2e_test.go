@@ -63,11 +63,13 @@ func newDoorWorld(t testing.TB) *doorWorld {
 }
 
 // spawn runs argv in its own process group until the test ends (killed
-// then, with its group); env adds to the environment.
+// then, with its group; and if the test process dies first, by
+// Pdeathsig: a child left behind would hold the e2e lock's descriptor
+// that flock passed down); env adds to the environment.
 func (w *doorWorld) spawn(argv []string, out io.Writer, env ...string) *exec.Cmd {
 	w.t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
