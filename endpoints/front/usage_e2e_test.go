@@ -193,10 +193,10 @@ type loadUser struct {
 	carried, continued, refused int
 }
 
-// send posts body to path as u and reads the answer to its end; with
-// leave, the client leaves after 3 tokens. reached is called once the
-// answer has 3 tokens, or at its end.
-func (u *loadUser) send(t *testing.T, path, body string, leave bool, reached func()) int {
+// send posts body to path as u (hdr: more headers, name and value) and
+// reads the answer to its end; with leave, the client leaves after 3
+// tokens. reached is called once the answer has 3 tokens, or at its end.
+func (u *loadUser) send(t *testing.T, path, body string, leave bool, reached func(), hdr ...string) int {
 	u.mu.Lock()
 	u.sent++
 	id := fmt.Sprintf("%s-%d", u.name, u.sent)
@@ -208,6 +208,9 @@ func (u *loadUser) send(t *testing.T, path, body string, leave bool, reached fun
 	req.Header.Set("Authorization", "Bearer "+u.key)
 	req.Header.Set("X-Test-User", u.name)
 	req.Header.Set("X-Test-Req", id)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	var once sync.Once
 	reach := func() {
 		if reached != nil {
@@ -254,8 +257,9 @@ func (u *loadUser) send(t *testing.T, path, body string, leave bool, reached fun
 // without, with stream_options null or include_usage false), whole
 // answers, /completion both ways, the heads' own 400s (two assistant
 // messages at the end), the front door's 400 (not JSON) and 404 (no such
-// model), and a client that leaves mid-stream. It returns how many got
-// each status.
+// model), a client that leaves mid-stream, and a stream for the reasoning
+// tier (no head; X-LLM-Hold: 0) that its backup model answers. It returns
+// how many got each status.
 func (u *loadUser) mixed(t *testing.T) map[int]int {
 	chat := func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"tiny","stream":%v,"max_tokens":6%s,"messages":[{"role":"user","content":"count for %s"}]}`, stream, extra, u.name)
@@ -264,28 +268,30 @@ func (u *loadUser) mixed(t *testing.T) map[int]int {
 	reqs := []struct {
 		path, body string
 		leave      bool
+		hdr        []string
 	}{
-		{"/v1/chat/completions", chat(true, `,"stream_options":{"include_usage":true}`), false},
-		{"/v1/chat/completions", chat(true, `,"stream_options":{"include_usage":true}`), false},
-		{"/v1/chat/completions", chat(true, ""), false},
-		{"/v1/chat/completions", chat(true, ""), false},
-		{"/v1/chat/completions", chat(true, `,"stream_options":null`), false},
-		{"/v1/chat/completions", chat(true, `,"stream_options":{"include_usage":false}`), false},
-		{"/v1/chat/completions", chat(false, ""), false},
-		{"/v1/chat/completions", chat(false, ""), false},
-		{"/v1/chat/completions", chat(false, ""), false},
-		{"/completion", `{"model":"tiny","stream":true,"n_predict":5,"prompt":"count a while"}`, false},
-		{"/completion", `{"model":"tiny","stream":true,"n_predict":4,"prompt":"count"}`, false},
-		{"/completion", `{"model":"tiny","n_predict":3,"prompt":"count on"}`, false},
-		{"/v1/chat/completions", `{"model":"tiny"` + strings.Replace(twoAssistants, `"x":0,`, "", 1), false},
-		{"/v1/chat/completions", `{"model":"tiny","stream":true` + twoAssistants, false},
-		{"/v1/chat/completions", `not json`, false},
-		{"/v1/chat/completions", `{"model":"nope","messages":[]}`, false},
-		{"/v1/chat/completions", fmt.Sprintf(`{"model":"tiny","stream":true,"messages":[{"role":"user","content":"long for %s"}]}`, u.name), true},
+		{"/v1/chat/completions", chat(true, `,"stream_options":{"include_usage":true}`), false, nil},
+		{"/v1/chat/completions", chat(true, `,"stream_options":{"include_usage":true}`), false, nil},
+		{"/v1/chat/completions", chat(true, ""), false, nil},
+		{"/v1/chat/completions", chat(true, ""), false, nil},
+		{"/v1/chat/completions", chat(true, `,"stream_options":null`), false, nil},
+		{"/v1/chat/completions", chat(true, `,"stream_options":{"include_usage":false}`), false, nil},
+		{"/v1/chat/completions", chat(false, ""), false, nil},
+		{"/v1/chat/completions", chat(false, ""), false, nil},
+		{"/v1/chat/completions", chat(false, ""), false, nil},
+		{"/completion", `{"model":"tiny","stream":true,"n_predict":5,"prompt":"count a while"}`, false, nil},
+		{"/completion", `{"model":"tiny","stream":true,"n_predict":4,"prompt":"count"}`, false, nil},
+		{"/completion", `{"model":"tiny","n_predict":3,"prompt":"count on"}`, false, nil},
+		{"/v1/chat/completions", `{"model":"tiny"` + strings.Replace(twoAssistants, `"x":0,`, "", 1), false, nil},
+		{"/v1/chat/completions", `{"model":"tiny","stream":true` + twoAssistants, false, nil},
+		{"/v1/chat/completions", `not json`, false, nil},
+		{"/v1/chat/completions", `{"model":"nope","messages":[]}`, false, nil},
+		{"/v1/chat/completions", fmt.Sprintf(`{"model":"tiny","stream":true,"messages":[{"role":"user","content":"long for %s"}]}`, u.name), true, nil},
+		{"/v1/chat/completions", `{"model":"OR1-Behemoth","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"backup"}]}`, false, []string{"X-LLM-Hold", "0"}},
 	}
 	codes := map[int]int{}
 	for _, r := range reqs {
-		codes[u.send(t, r.path, r.body, r.leave, nil)]++
+		codes[u.send(t, r.path, r.body, r.leave, nil, r.hdr...)]++
 	}
 	return codes
 }
@@ -303,7 +309,8 @@ func (u *loadUser) long() []string {
 }
 
 // TestE2EFrontUsageIsExact: two users send a mixed load through the
-// front door over two fake heads (each behind a headLog), then long
+// front door over two fake heads (each behind a headLog; the reasoning
+// tier has none and names the fast model its backup), then long
 // streams of which those on one head are cut by killing that head with
 // SIGKILL mid-stream: the front door continues them on the other head
 // (the one asking for n=2 ends with its error). Then the front door is
@@ -332,6 +339,9 @@ func TestE2EFrontUsageIsExact(t *testing.T) {
 mode = "identify"
 static_keys_file = %q
 slurm_accounts = false
+[front.tiers.reasoning]
+models = ["OR1-Behemoth"]
+backup_model = "tiny"
 `, keysFile))
 	url := fmt.Sprintf("http://127.0.0.1:%d", fport)
 	door := w.front(cfg, url)
@@ -345,7 +355,7 @@ slurm_accounts = false
 	}
 	wg.Wait()
 	for i, u := range users {
-		if d := cmp.Diff(map[int]int{200: 13, 400: 3, 404: 1}, codes[i]); d != "" {
+		if d := cmp.Diff(map[int]int{200: 14, 400: 3, 404: 1}, codes[i]); d != "" {
 			t.Errorf("%s's statuses before the cut (-want +got):\n%s", u.name, d)
 		}
 	}
