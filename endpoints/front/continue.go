@@ -147,7 +147,9 @@ type splicer struct {
 
 // newSplicer wraps the first head's streamed answer.
 func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
-	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: bufio.NewReaderSize(body, 16<<10)}
+	rd := eventReaders.Get().(*bufio.Reader)
+	rd.Reset(body)
+	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: rd}
 	if why := refusedBecause(c.kind, c.keys); why != "" {
 		sp.refuse = why
 	} else if !s.tierCfg(c.tier).Continue {
@@ -396,7 +398,8 @@ func (sp *splicer) start(h *head, why string) bool {
 	sp.c.continued++
 	sp.heads = append(sp.heads, h.addr)
 	sp.releaseHead()
-	sp.head, sp.cur, sp.rd = h, resp.Body, bufio.NewReaderSize(resp.Body, 16<<10)
+	sp.head, sp.cur = h, resp.Body
+	sp.rd.Reset(resp.Body)
 	sp.spliced, sp.beforeSplit, sp.echo = true, sp.tokens, string(sp.content)
 	sp.lastToken = time.Time{} // the pause is llm_front_continuation_pause_seconds', not a token's
 	fmt.Fprintf(&sp.out, ": slurm-llm: continued on %s %s (%s)\n\n", sp.c.tier, h.addr, oneLine(why))
@@ -566,9 +569,16 @@ func (sp *splicer) Close() error {
 		sp.closeCur()
 		sp.releaseHead()
 		sp.c.heads = sp.heads
+		sp.rd.Reset(nil)
+		eventReaders.Put(sp.rd)
+		sp.rd = nil
 	})
 	return nil
 }
+
+// eventReaders lend splicers their readers of a head's events (16 KiB
+// each) instead of allocating one per stream.
+var eventReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
 
 func (sp *splicer) closeCur() {
 	if sp.cur != nil {
