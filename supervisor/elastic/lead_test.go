@@ -1,0 +1,173 @@
+package elastic
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"slurm-llm/supervisor/clock"
+)
+
+// The regressions of issue 30: a lead kept past the point another member
+// may take over, a tier left leaderless by one unreadable term file, a
+// term wasted by one failed write.
+
+// hangThenFail is a member directory whose member-file writes take hang of
+// the clock, then fail (a soft NFS mount, ENOSPC reported late).
+type hangThenFail struct {
+	Files
+	clk  *clock.Fake
+	hang time.Duration
+}
+
+func (f hangThenFail) WriteMember(Member) error {
+	f.clk.Advance(f.hang)
+	return errors.New("write member: input/output error")
+}
+
+// Regression (issue 30, item 1): the clock was read before the member
+// file's write; a write that hung 11 s and failed left the leader saying
+// it led, and it renewed its head's lease for 4 s from when the renewal
+// arrived: member lease ending 12:00:25, others free to take over at
+// 12:00:30, the head's lease ending 12:00:31. Now the lead ends skew and
+// the margin before the lease, the clock is read after the write, and no
+// renewal names a time past the lead's end.
+func TestSlowWriteEndsTheLead(t *testing.T) {
+	g := newTierRig(t)
+	g.join("100", 1)
+	g.join("101", 2)
+	m102 := g.join("102", 3)
+	g.until("member 102 leads", func() bool { return g.leader() == m102 })
+	g.round()
+	h := m102.running()
+	e := g.cfg.Elastic
+	last := m102.r.agent.Self()
+	takeover := last.LeaseExpires.Add(e.Skew)
+	before := len(h.leased())
+	leadEnd := h.leased()[before-1]
+	m102.r.agent.files = hangThenFail{m102.r.agent.files, g.clk, 11 * time.Second}
+	g.round()
+	d := m102.r.agent.Last()
+	for _, until := range h.leased()[before:] {
+		if !until.Before(takeover) || until.After(leadEnd) {
+			t.Errorf("head lease renewed until %s; others may take over at %s; the lead ended %s",
+				until.Format("15:04:05"), takeover.Format("15:04:05"), leadEnd.Format("15:04:05"))
+		}
+	}
+	if d.Lead || d.Role != RoleLost {
+		t.Errorf("after the write that hung until %s: lead %v, role %q (%s); want lost", g.clk.Now().Format("15:04:05"), d.Lead, d.Role, d.Why)
+	}
+	t.Logf("member lease ends %s; others may take over at %s; the head's lease ends %s; lead=%v (%s)",
+		last.LeaseExpires.Format("15:04:05"), takeover.Format("15:04:05"), leadEnd.Format("15:04:05"), d.Lead, d.Why)
+}
+
+// Regression (issue 30, item 3): one unreadable term file above the valid
+// ones (here a newer schema, as in a rolling upgrade) left the tier
+// without a leader for good: after 120 s, term 1, nobody led, "takes term
+// 2: another member took it first". The highest term is now the highest
+// number among the names; unreadable, it is waited out for a lease and
+// the skew, then passed.
+func TestUnreadableTermIsPassed(t *testing.T) {
+	dir := t.TempDir()
+	clk := clock.NewFake(t0)
+	var agents []*Agent
+	for i, job := range []string{"101", "102", "103"} {
+		m := member(job)
+		m.RunID = fmt.Sprintf("%016x", i+1)
+		agents = append(agents, NewAgent(NewStore(dir, "reasoning", nil).WithClock(clk.Now, 5*time.Second), m, DefaultTiming, clk.Now))
+	}
+	for i := 0; i < 30; i++ {
+		clk.Advance(time.Second)
+		for _, a := range agents {
+			a.Tick()
+		}
+	}
+	if !agents[2].Last().Lead {
+		t.Fatalf("103 does not lead: %s", agents[2].Last().Why)
+	}
+	// 103 goes; a term-2 file in a newer schema appears.
+	bad := fmt.Sprintf(`{"schema":2,"term":2,"job_id":"104","run_id":"00000000000000ff","node":"node4","created":%q}`, clk.Now().Format(time.RFC3339))
+	if err := os.WriteFile(filepath.Join(dir, "members", "reasoning", "term-2.json"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agents = agents[:2]
+	start := clk.Now()
+	for clk.Now().Sub(start) < 120*time.Second {
+		clk.Advance(time.Second)
+		for _, a := range agents {
+			a.Tick()
+		}
+		for _, a := range agents {
+			if a.Last().Lead {
+				if took := clk.Now().Sub(start); a.Last().Term != 3 || took > DefaultTiming.Lease+DefaultTiming.Skew+2*time.Second {
+					t.Errorf("%s leads term %d %s after the bad term file, want term 3 within lease + skew", a.want.JobID, a.Last().Term, took)
+				}
+				t.Logf("%s leads term %d %s after the bad term file appeared", a.want.JobID, a.Last().Term, clk.Now().Sub(start))
+				return
+			}
+		}
+	}
+	t.Errorf("after 120 s: term %d, nobody leads, %q", agents[1].Last().Term, agents[1].Last().Why)
+}
+
+// failFirstLead is a member directory whose first write of a member file
+// that says it leads fails.
+type failFirstLead struct {
+	Files
+	n *int
+}
+
+func (f failFirstLead) WriteMember(m Member) error {
+	if m.Leads {
+		if *f.n++; *f.n == 1 {
+			return errors.New("write member: input/output error")
+		}
+	}
+	return f.Files.WriteMember(m)
+}
+
+// Regression (issue 30, lower): a member that took a term and could not
+// write its member file at once lost the term and took the next: the
+// comment said the lead waits for a write that works, the code marked the
+// member lost. Now it leads the term it took once a write works, in time.
+func TestFailedWriteAfterTakeKeepsTheTerm(t *testing.T) {
+	dir := t.TempDir()
+	clk := clock.NewFake(t0)
+	n := 0
+	a := NewAgent(failFirstLead{NewStore(dir, "reasoning", nil).WithClock(clk.Now, 5*time.Second), &n}, member("103"), DefaultTiming, clk.Now)
+	for i := 0; i < 30 && !a.Last().Lead; i++ {
+		clk.Advance(time.Second)
+		a.Tick()
+	}
+	c, err := NewStore(dir, "reasoning", nil).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Last().Lead || a.Last().Term != 1 || c.Top != 1 {
+		t.Errorf("leads %v term %d, highest term file %d (%s); want term 1 led, no other taken", a.Last().Lead, a.Last().Term, c.Top, a.Last().Why)
+	}
+}
+
+// Regression (issue 30, lower): every head of a member shared the
+// member's run id, and on storage slower than the removal wait the
+// previous head's queued removal could delete the next head's endpoint
+// file (the publisher removes only its own run's). Each head now has its
+// own.
+func TestEveryHeadHasItsOwnRunID(t *testing.T) {
+	g := newTierRig(t)
+	g.join("101", 2)
+	m102 := g.join("102", 3)
+	g.until("member 102 leads on two nodes", func() bool { return g.leader() == m102 })
+	g.join("100", 1)
+	g.until("a second head, on three nodes", func() bool { return len(m102.heads) == 2 && m102.running() == m102.heads[1] })
+	ids := map[string]bool{m102.r.o.RunID: true}
+	for _, h := range m102.heads {
+		if ids[h.RunID] || h.RunID == "" {
+			t.Errorf("head run ids %q and %q (member %q): want each its own", m102.heads[0].RunID, m102.heads[1].RunID, m102.r.o.RunID)
+		}
+		ids[h.RunID] = true
+	}
+}
