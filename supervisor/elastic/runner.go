@@ -91,17 +91,20 @@ type Runner struct {
 	// ticking: a tick's file I/O is under way (its answer is a tickDone or
 	// a takeDone); again: another tick was asked for meanwhile.
 	ticking, again bool
-	worker         supervisor.Handle // this member's rpc-server
-	workerTerm     int               // the term it was started for
-	workerUp       bool              // it listens
-	head           Head
-	headCancel     context.CancelFunc
-	headUses       []string // job ids of the workers the head runs with
-	headNodes      int      // the plan's node count
-	headStopping   bool
+	// asking: a count of the head's requests in flight is under way (its
+	// answer is a busyMsg); busy is the last answer (unknown is busy).
+	asking, busy bool
+	worker       supervisor.Handle // this member's rpc-server
+	workerTerm   int               // the term it was started for
+	workerUp     bool              // it listens
+	head         Head
+	headCancel   context.CancelFunc
+	headUses     []string // job ids of the workers the head runs with
+	headNodes    int      // the plan's node count
+	headStopping bool
 	// handingOver: the head is being stopped so that a younger member leads.
 	handingOver bool
-	idleSince   time.Time // the head was last seen busy; zero while busy
+	idleSince   time.Time // the head was first answered idle; zero while busy
 	leaving     *supervisor.StopRequest
 	leaveBy     time.Time
 	// policy paces restarts of a failing rpc-server (and gives up);
@@ -132,6 +135,12 @@ type (
 	}
 	tickDone struct{ io TickIO }
 	takeDone struct{ io TakeIO }
+	// busyMsg is head's count of requests in flight.
+	busyMsg struct {
+		head Head
+		n    int
+		err  error
+	}
 )
 
 // NewRunner checks that the member can run and returns its runner. A
@@ -255,6 +264,8 @@ func (r *Runner) handleMsg(m any) {
 	case takeDone:
 		r.ticking = false
 		r.decided(r.agent.Took(m.io))
+	case busyMsg:
+		r.handleBusy(m)
 	}
 }
 
@@ -404,20 +415,15 @@ func (r *Runner) asked(d Decision, now time.Time) bool {
 }
 
 // idleFor reports whether the head has been idle for grow_after (never
-// when grow_after is 0), keeping count from the first idle look.
+// when grow_after is 0), counting from the first answer that found it
+// idle; it asks the head again (askBusy).
 func (r *Runner) idleFor(now time.Time) bool {
 	after := r.o.Config.Elastic.GrowAfter
 	if after <= 0 {
 		return false
 	}
-	if r.busy() {
-		r.idleSince = time.Time{}
-		return false
-	}
-	if r.idleSince.IsZero() {
-		r.idleSince = now
-	}
-	return now.Sub(r.idleSince) >= after
+	r.askBusy()
+	return !r.idleSince.IsZero() && now.Sub(r.idleSince) >= after
 }
 
 // maybeGrow re-plans to n nodes once the head has been idle for
@@ -429,12 +435,40 @@ func (r *Runner) maybeGrow(n int, now time.Time) {
 	}
 }
 
-// busy asks the head whether it has requests in flight; unknown is busy.
-func (r *Runner) busy() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), r.o.Config.Timeouts.HealthTimeout)
-	defer cancel()
-	n, err := r.o.InFlight(ctx)
-	return err != nil || n > 0
+// askBusy asks the head, on a goroutine, how many requests it has in
+// flight, unless a question is under way; the answer comes back as a
+// busyMsg. Nothing on Run's goroutine waits for a head: a /metrics that
+// answers slowly once held up the renewals of the head's lease until its
+// shim killed it (issue 30).
+func (r *Runner) askBusy() {
+	if r.asking || r.head == nil {
+		return
+	}
+	r.asking = true
+	h, count, timeout := r.head, r.o.InFlight, r.o.Config.Timeouts.HealthTimeout
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		n, err := count(ctx)
+		r.send(busyMsg{head: h, n: n, err: err})
+	}()
+}
+
+// handleBusy takes a count of the head's requests in flight: a busy head,
+// or one that cannot say (unknown is busy), starts the idle count again;
+// the first idle answer starts it.
+func (r *Runner) handleBusy(m busyMsg) {
+	r.asking = false
+	if m.head != r.head {
+		return // an answer about a head that is gone
+	}
+	r.busy = m.err != nil || m.n > 0
+	switch {
+	case r.busy:
+		r.idleSince = time.Time{}
+	case r.idleSince.IsZero():
+		r.idleSince = r.o.Clock.Now()
+	}
 }
 
 // startHead plans the head for the members up and starts it.
