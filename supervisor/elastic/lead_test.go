@@ -1,14 +1,19 @@
 package elastic
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/supervisor"
 	"slurm-llm/supervisor/clock"
 )
 
@@ -235,6 +240,21 @@ func TestFailedWriteAfterTakeKeepsTheTerm(t *testing.T) {
 	}
 	if !a.Last().Lead || a.Last().Term != 1 || c.Top != 1 {
 		t.Errorf("leads %v term %d, highest term file %d (%s); want term 1 led, no other taken", a.Last().Lead, a.Last().Term, c.Top, a.Last().Why)
+	}
+}
+
+// Regression (issue 30, lower): Stop dropped a fifth pending request
+// without a word; supervisor.Runner.Stop warns.
+func TestStopDroppedIsLogged(t *testing.T) {
+	g := newTierRig(t)
+	m := g.join("100", 1)
+	var buf bytes.Buffer
+	m.r.log = hclog.New(&hclog.LoggerOptions{Output: &buf})
+	for range 5 {
+		m.r.Stop(supervisor.StopRequest{Reason: supervisor.ReasonPreempted})
+	}
+	if !strings.Contains(buf.String(), "stop request dropped") {
+		t.Errorf("the fifth stop request was dropped without a word: log %q", buf.String())
 	}
 }
 

@@ -188,11 +188,13 @@ func readable(path string) error {
 
 // Stop asks the member to leave in order (its job is preempted,
 // cancelled, at its time limit); a second request with SkipDrain stops it
-// now. It never blocks.
+// now. It never blocks: with four requests pending, a fifth is dropped and
+// logged.
 func (r *Runner) Stop(req supervisor.StopRequest) {
 	select {
 	case r.stop <- req:
 	default:
+		r.log.Warn("stop request dropped: too many pending", "reason", req.Reason)
 	}
 }
 
