@@ -67,6 +67,14 @@ const (
 	RoleLost Role = "lost"
 )
 
+// String names the role, for the log.
+func (r Role) String() string {
+	if r == RoleFollower {
+		return "follower"
+	}
+	return string(r)
+}
+
 // View is what a member knows when it decides: itself as last written, its
 // role, the other members' files and the term files, all read before Now.
 type View struct {

@@ -289,7 +289,7 @@ func (r *Runner) step() {
 // I/O on a goroutine too, its answer a takeDone), or lead, follow, leave.
 func (r *Runner) decided(d Decision) {
 	if d.Why != r.lastWhy {
-		r.log.Info("membership", "term", d.Term, "lead", d.Lead, "role", string(d.Role), "why", d.Why)
+		r.log.Info("membership", "term", d.Term, "lead", d.Lead, "role", d.Role.String(), "why", d.Why)
 		r.lastWhy = d.Why
 	}
 	r.logIgnored(d.Ignored)
