@@ -278,3 +278,46 @@ func TestEveryHeadHasItsOwnRunID(t *testing.T) {
 		ids[h.RunID] = true
 	}
 }
+
+// An rpc-server that takes long to stop (stop_grace, then a kill through
+// Slurm) does not hold the member's Run goroutine: the member that takes
+// the lead goes on renewing its lease, and starts its head only once the
+// rpc-server has left its node's GPU.
+func TestSlowWorkerStopHoldsNothing(t *testing.T) {
+	g := newTierRig(t)
+	g.join("100", 1)
+	m101 := g.join("101", 2)
+	g.until("member 101 leads on two nodes", func() bool { return g.leader() == m101 })
+	hold := make(chan struct{})
+	g.slowNext = false
+	m102 := g.join("102", 3)
+	m102.launcher.stopping = hold
+	g.until("member 102's rpc-server up", func() bool { return m102.r.workerUp })
+	rounds := make(chan struct{})
+	go func() {
+		defer close(rounds)
+		for i := 0; i < 60 && m102.r.workerGoing == nil; i++ {
+			g.round()
+		}
+		for range 5 {
+			g.round() // its rpc-server still stopping
+		}
+	}()
+	select {
+	case <-rounds:
+	case <-time.After(30 * time.Second):
+		close(hold)
+		t.Fatal("the rounds did not return: a member's Run goroutine waits for its rpc-server to stop")
+	}
+	if m102.r.workerGoing == nil {
+		t.Fatal("member 102 never stopped its rpc-server to lead")
+	}
+	if len(m102.heads) != 0 {
+		t.Fatal("member 102 started its head while its rpc-server still ran")
+	}
+	if !m102.r.agent.Self().LeaseExpires.After(g.clk.Now()) {
+		t.Error("member 102 stopped renewing its lease while its rpc-server stopped")
+	}
+	close(hold)
+	g.until("member 102 leads with a head", func() bool { return g.leader() == m102 })
+}

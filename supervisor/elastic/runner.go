@@ -95,8 +95,11 @@ type Runner struct {
 	// answer is a busyMsg); busy is the last answer (unknown is busy).
 	asking, busy bool
 	worker       supervisor.Handle // this member's rpc-server
-	workerTerm   int               // the term it was started for
-	workerUp     bool              // it listens
+	// workerGoing is an rpc-server being stopped: nothing that needs its
+	// port or its node's GPU starts before it has ended (workerEnded).
+	workerGoing  supervisor.Handle
+	workerTerm   int  // the term it was started for
+	workerUp     bool // it listens
 	head         Head
 	headCancel   context.CancelFunc
 	headUses     []string // job ids of the workers the head runs with
@@ -333,6 +336,9 @@ func (r *Runner) logIgnored(ign []Ignored) {
 // when one it uses goes, or (idle for grow_after) when more are up.
 func (r *Runner) lead(d Decision, now time.Time) {
 	r.stopWorker("this member leads: its node runs the head")
+	if r.workerGoing != nil {
+		return // the head starts once the rpc-server has left the GPU
+	}
 	if r.head != nil {
 		r.watchHead(d, now)
 		return
@@ -598,8 +604,8 @@ func (r *Runner) follow(d Decision) {
 		r.stopWorker(fmt.Sprintf("term %d began: no older head may hold it", d.Term))
 	}
 	if r.worker == nil {
-		if r.o.Clock.Now().Before(r.workerRetry) {
-			return
+		if r.workerGoing != nil || r.o.Clock.Now().Before(r.workerRetry) {
+			return // the old one still holds the port, or a restart waits
 		}
 		r.startWorker(d.Term)
 		return
@@ -638,23 +644,29 @@ func (r *Runner) startWorker(term int) {
 	}()
 }
 
-// stopWorker stops this member's rpc-server and waits for it.
+// stopWorker stops this member's rpc-server on a goroutine (a stop may take
+// stop_grace and more: Run's goroutine never waits on it); its end comes
+// back as a workerEnded.
 func (r *Runner) stopWorker(why string) {
 	if r.worker == nil {
 		return
 	}
 	h := r.worker
-	r.worker, r.workerUp = nil, false
+	r.worker, r.workerUp, r.workerGoing = nil, false, h
 	r.log.Info("stopping the rpc-server", "why", why)
-	h.Stop(r.o.Config.Timeouts.StopGrace)
+	go h.Stop(r.o.Config.Timeouts.StopGrace)
 }
 
 // handleWorkerEnded takes an rpc-server's end: expected (stopped) or not;
 // an unexpected end is started again at the next tick, as a new member
 // (joining, its port checked again by the leader's head start).
 func (r *Runner) handleWorkerEnded(m workerEnded) {
-	if m.h != r.worker {
+	if m.h == r.workerGoing {
+		r.workerGoing = nil
 		return // stopped on purpose
+	}
+	if m.h != r.worker {
+		return
 	}
 	r.log.Warn("rpc-server exited", "cause", m.res.String())
 	r.worker, r.workerUp = nil, false
@@ -738,6 +750,9 @@ func (r *Runner) leaveNow(why string) {
 // The write waits at most a lease: on storage that hangs, the file's lease
 // runs out by itself.
 func (r *Runner) finish() {
+	if r.workerGoing != nil {
+		<-r.workerGoing.Done() // bounded: Stop kills it after its grace
+	}
 	r.agent.Resign()
 	job := r.agent.Begin()
 	wrote := make(chan struct{})

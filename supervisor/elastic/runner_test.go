@@ -31,6 +31,8 @@ type procFake struct {
 	done      chan struct{}
 	listening chan struct{}
 	once      sync.Once
+	// stopping, when set, holds a Stop until it is closed.
+	stopping chan struct{}
 }
 
 func (p *procFake) PID() int                      { return p.pid }
@@ -39,8 +41,13 @@ func (p *procFake) Listening() <-chan struct{}    { return p.listening }
 func (p *procFake) Unreachable() <-chan string    { return nil }
 func (p *procFake) Done() <-chan struct{}         { return p.done }
 func (p *procFake) Result() supervisor.ExitResult { return supervisor.ExitResult{} }
-func (p *procFake) Stop(time.Duration)            { p.once.Do(func() { close(p.done) }) }
-func (p *procFake) Kill()                         { p.Stop(0) }
+func (p *procFake) Stop(time.Duration) {
+	if p.stopping != nil {
+		<-p.stopping
+	}
+	p.once.Do(func() { close(p.done) })
+}
+func (p *procFake) Kill() { p.Stop(0) }
 
 type launcherFake struct {
 	mu   sync.Mutex
@@ -49,13 +56,16 @@ type launcherFake struct {
 	// slow: the rpc-servers it starts listen only once release is called.
 	slow bool
 	held []chan struct{}
+	// stopping, when set, holds the Stop of every rpc-server it starts
+	// until it is closed.
+	stopping chan struct{}
 }
 
 func (l *launcherFake) Start(tier.Process) (supervisor.Handle, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n++
-	p := &procFake{pid: l.n, done: make(chan struct{}), listening: make(chan struct{})}
+	p := &procFake{pid: l.n, done: make(chan struct{}), listening: make(chan struct{}), stopping: l.stopping}
 	if l.slow {
 		l.held = append(l.held, p.listening)
 	} else {
