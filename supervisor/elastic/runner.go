@@ -92,9 +92,9 @@ type Runner struct {
 	// a takeDone); again: another tick was asked for meanwhile.
 	ticking, again bool
 	// asking: a count of the head's requests in flight is under way (its
-	// answer is a busyMsg); busy is the last answer (unknown is busy).
-	asking, busy bool
-	worker       supervisor.Handle // this member's rpc-server
+	// answer is a busyMsg).
+	asking bool
+	worker supervisor.Handle // this member's rpc-server
 	// workerGoing is an rpc-server being stopped: nothing that needs its
 	// port or its node's GPU starts before it has ended (workerEnded).
 	workerGoing  supervisor.Handle
@@ -138,9 +138,10 @@ type (
 	}
 	tickDone struct{ io TickIO }
 	takeDone struct{ io TakeIO }
-	// busyMsg is head's count of requests in flight.
+	// busyMsg is head's count of requests in flight, asked at at.
 	busyMsg struct {
 		head Head
+		at   time.Time
 		n    int
 		err  error
 	}
@@ -453,29 +454,28 @@ func (r *Runner) askBusy() {
 		return
 	}
 	r.asking = true
-	h, count, timeout := r.head, r.o.InFlight, r.o.Config.Timeouts.HealthTimeout
+	h, at, count, timeout := r.head, r.o.Clock.Now(), r.o.InFlight, r.o.Config.Timeouts.HealthTimeout
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		n, err := count(ctx)
-		r.send(busyMsg{head: h, n: n, err: err})
+		r.send(busyMsg{head: h, at: at, n: n, err: err})
 	}()
 }
 
 // handleBusy takes a count of the head's requests in flight: a busy head,
 // or one that cannot say (unknown is busy), starts the idle count again;
-// the first idle answer starts it.
+// the first idle answer starts it, from when it was asked.
 func (r *Runner) handleBusy(m busyMsg) {
 	r.asking = false
 	if m.head != r.head {
 		return // an answer about a head that is gone
 	}
-	r.busy = m.err != nil || m.n > 0
 	switch {
-	case r.busy:
+	case m.err != nil || m.n > 0:
 		r.idleSince = time.Time{}
 	case r.idleSince.IsZero():
-		r.idleSince = r.o.Clock.Now()
+		r.idleSince = m.at
 	}
 }
 
@@ -662,8 +662,11 @@ func (r *Runner) stopWorker(why string) {
 // (joining, its port checked again by the leader's head start).
 func (r *Runner) handleWorkerEnded(m workerEnded) {
 	if m.h == r.workerGoing {
+		// Stopped on purpose: what waited for it (the head, the next
+		// rpc-server) starts at a tick now, not at the next.
 		r.workerGoing = nil
-		return // stopped on purpose
+		r.step()
+		return
 	}
 	if m.h != r.worker {
 		return
