@@ -33,6 +33,24 @@ type fakeProc struct {
 	mu          sync.Mutex
 	res         ExitResult
 	ended       string // "stopped", "killed", "exited"
+	// spec is what it was started with; leases its lease renewals.
+	spec   tier.Process
+	leases []time.Time
+}
+
+// Lease records a renewal of the process's lease (Leaser).
+func (p *fakeProc) Lease(until time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leases = append(p.leases, until)
+	return true
+}
+
+// leased is the lease renewals so far.
+func (p *fakeProc) leased() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.leases...)
 }
 
 func (p *fakeProc) PID() int                   { return p.pid }
@@ -81,7 +99,7 @@ func (l *fakeLauncher) Start(p tier.Process) (Handle, error) {
 	defer l.mu.Unlock()
 	l.nextPID++
 	fp := &fakeProc{name: p.Name, pid: 1000 + l.nextPID, done: make(chan struct{}), ready: make(chan struct{}),
-		unreachable: make(chan string, 4)}
+		unreachable: make(chan string, 4), spec: p}
 	if p.Role == tier.RoleWorker {
 		close(fp.ready)
 	}

@@ -229,6 +229,15 @@ func (s *server) slotsFor(w http.ResponseWriter, r *http.Request) (*slotTable, b
 }
 
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.metricsDelay > 0 { // --fake-metrics-delay: answer late
+		t := time.NewTimer(s.cfg.metricsDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	slots, ok := s.slotsFor(w, r)
 	if !ok {
 		return
