@@ -69,6 +69,11 @@ func (s *Server) begin(c *call) {
 
 // account ends what begin and admit counted and records c's use: in the
 // usage database (off the request path), and in the user's token rate.
+// Only requests for the models (a POST to a path passed on to heads) are
+// use: /health, /v1/models, the key endpoint, OPTIONS and an unknown path
+// are not recorded (a client that polls
+// /v1/models, as chat front ends do, would fill the database with rows of
+// nothing).
 func (s *Server) account(c *call) {
 	a := s.opts.Access
 	if a == nil {
@@ -82,6 +87,9 @@ func (s *Server) account(c *call) {
 	tokens := int64(c.prompt + c.completion)
 	if c.admitted {
 		a.Limiter.Done(c.tier, c.id.User, tokens)
+	}
+	if c.method != http.MethodPost || !proxied[c.path] {
+		return
 	}
 	rec := usage.Record{Time: c.start, User: c.id.User, Account: c.id.Account, Tier: c.tier, Model: c.model,
 		Status: c.status, Outcome: c.outcome, PromptTokens: int64(c.prompt), CompletionTokens: int64(c.completion),

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/access/usage"
@@ -134,6 +135,43 @@ func TestWhoIsInTheAccessLogAndTheUsage(t *testing.T) {
 		got[r.User] = [2]int64{r.PromptTokens, r.CompletionTokens}
 	}
 	if d := cmp.Diff(map[string][2]int64{"alice": {3, 1}, "": {3, 1}}, got); d != "" {
+		t.Errorf("usage by user (-want +got):\n%s", d)
+	}
+}
+
+// TestOnlyRequestsForModelsAreUsage: a client's /health, /v1/models,
+// OPTIONS and unknown paths are not usage; its chat completion is. Every
+// request was recorded, so a client polling /v1/models (as chat front
+// ends do) filled the database with rows of no tokens.
+func TestOnlyRequestsForModelsAreUsage(t *testing.T) {
+	k := newKeyedRig(t, nil, "alice")
+	k.route(nil, &testHead{tier: "fast", job: "1", models: []string{"tiny"}, srv: quickHead(t)})
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/health"}, {"GET", "/v1/models"}, {"OPTIONS", "/v1/chat/completions"}, {"GET", "/v1/nothing"},
+	} {
+		req, _ := http.NewRequest(r.method, k.srv.URL+r.path, nil)
+		req.Header.Set("Authorization", "Bearer "+k.keys["alice"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if code, body := k.as("alice", "tiny", "hi"); code != http.StatusOK {
+		t.Fatalf("alice's chat: %d %s", code, body)
+	}
+	k.s.opts.Access.Close()
+	db, err := usage.OpenReadOnly(k.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rep, err := usage.Summarize(t.Context(), db, usage.ByUser, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]usage.Row{{User: "alice", Account: "acct-alice", Requests: 1, PromptTokens: 3, CompletionTokens: 1}}, rep.Rows,
+		cmpopts.IgnoreFields(usage.Row{}, "HeldSeconds", "ServedSeconds")); d != "" {
 		t.Errorf("usage by user (-want +got):\n%s", d)
 	}
 }
