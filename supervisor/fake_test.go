@@ -321,13 +321,30 @@ func (g *fakeRig) advanceFor(what string, cond func() bool, step time.Duration) 
 	g.t.Fatalf("%s did not happen within a simulated hour", what)
 }
 
-// settle gives the runner's goroutines a moment of real time to take what
-// the last Advance fired (HTTP answers come back through the Run loop).
+// settle waits until the runner has taken what the last Advance fired:
+// every tick read, nothing in its queues, and no question of the Run
+// goroutine under way (HTTP answers come back through it), twice in a row
+// 200 µs apart (the Run goroutine may be acting on what it took last). A
+// busy machine slows it rather than making it skip: a question is waited
+// for up to 250 ms of real time (one that takes longer is a head made to
+// hang, whose timeout the test's own clock drives), the rest up to 10 s;
+// once Run has returned, nothing.
 func (g *fakeRig) settle() {
-	for i := 0; i < 20; i++ {
-		if len(g.r.msgs) == 0 && len(g.r.stopCh) == 0 {
+	start := time.Now()
+	quiet := func() bool {
+		select {
+		case <-g.r.quit:
+			return true // Run has returned: nothing will take the rest
+		default:
+		}
+		asked := g.r.asking.Load() == 0 || time.Since(start) > 250*time.Millisecond
+		return g.clk.Unread() == 0 && asked && len(g.r.msgs) == 0 && len(g.r.stopCh) == 0
+	}
+	deadline := start.Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if quiet() {
 			time.Sleep(200 * time.Microsecond)
-			if len(g.r.msgs) == 0 {
+			if quiet() {
 				return
 			}
 		}

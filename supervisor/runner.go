@@ -12,6 +12,7 @@ import (
 	"slurm-llm/health"
 	"slurm-llm/supervisor/clock"
 	"slurm-llm/supervisor/tier"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -148,6 +149,10 @@ type Runner struct {
 	stopCh chan StopRequest
 	msgs   chan any
 	quit   chan struct{}
+	// asking counts the questions the Run goroutine sent off (ask) whose
+	// answer is not in msgs yet: with msgs empty and none asking, nothing
+	// is on its way to the Run goroutine but processes' exits and stops.
+	asking atomic.Int64
 	// leases holds the latest lease renewal for the head (Lease).
 	leases chan time.Time
 
@@ -390,6 +395,18 @@ func (r *Runner) leaseEnded() bool {
 			"lease_until", r.leaseUntil.UTC().Format(time.RFC3339Nano))
 	}
 	return true
+}
+
+// ask runs question on a goroutine and delivers its answer to the Run
+// goroutine as a message (a check of the head, a worker's port, the
+// links, the requests in flight): nothing that waits on a network is done
+// on the Run goroutine.
+func (r *Runner) ask(question func() any) {
+	r.asking.Add(1)
+	go func() {
+		defer r.asking.Add(-1)
+		r.send(question())
+	}()
 }
 
 // send delivers a message from a helper goroutine to the Run goroutine,

@@ -50,7 +50,7 @@ func (r *Runner) checkLinks() {
 	}
 	r.linkChecking = true
 	gen, links := h.gen, r.opts.Links
-	go func() { r.send(linkMsg{gen: gen, silent: silentWorkers(links, workers)}) }()
+	r.ask(func() any { return linkMsg{gen: gen, silent: silentWorkers(links, workers)} })
 }
 
 // handleLinks takes a silent-link check of the running head (life.go,
@@ -106,11 +106,11 @@ func (r *Runner) probeWorker(w *member) {
 	w.checking = true
 	addr := net.JoinHostPort(w.spec.Addr, strconv.Itoa(w.spec.Port))
 	name, gen, timeout := w.spec.Name, w.gen, r.opts.StartupPoll*5
-	go func() {
+	r.ask(func() any {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		r.send(probeMsg{name: name, gen: gen, err: r.opts.Probe(ctx, addr)})
-	}()
+		return probeMsg{name: name, gen: gen, err: r.opts.Probe(ctx, addr)}
+	})
 }
 
 // checkHead checks the head's /health (and, once per start, its models;
@@ -124,7 +124,7 @@ func (r *Runner) checkHead() {
 	base := health.BaseURL(h.spec.Addr, h.spec.Port)
 	gen, wantModels, client := h.gen, h.phase == phaseStarting || r.models == nil, r.opts.HTTPClient
 	serving := h.phase == phaseReady
-	go func() {
+	r.ask(func() any {
 		ctx, cancel := context.WithTimeout(context.Background(), t.HealthTimeout)
 		defer cancel()
 		m := healthMsg{gen: gen}
@@ -136,8 +136,8 @@ func (r *Runner) checkHead() {
 			lm, err := health.Load(ctx, client, base)
 			m.load = &loadMsg{metrics: lm, err: err}
 		}
-		r.send(m)
-	}()
+		return m
+	})
 }
 
 // handleHealth takes a /health result: a starting head becomes ready on

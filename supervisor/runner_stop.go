@@ -74,12 +74,12 @@ func (r *Runner) checkDrain() { r.apply(onDrainPoll(r.view())) }
 func (r *Runner) countInFlight() {
 	base := health.BaseURL(r.head.spec.Addr, r.head.spec.Port)
 	client, timeout, gen := r.opts.HTTPClient, r.plan.Timeouts.HealthTimeout, r.head.gen
-	go func() {
+	r.ask(func() any {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		n, err := health.InFlight(ctx, client, base)
-		r.send(inFlightMsg{gen: gen, n: n, err: err})
-	}()
+		return inFlightMsg{gen: gen, n: n, err: err}
+	})
 }
 
 // handleInFlight takes a count of requests in flight: published while the
