@@ -172,7 +172,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.prepare(w, r, c, pinned) {
 		return
 	}
+	if c.path != r.URL.Path {
+		r = withPath(r, c.path) // the head serves the path without the tier's prefix
+	}
 	s.serve(w, r, c)
+}
+
+// withPath is r sent to path (a shallow copy, as r.WithContext makes).
+func withPath(r *http.Request, path string) *http.Request {
+	out := new(http.Request)
+	*out = *r
+	u := *r.URL
+	u.Path, u.RawPath = path, ""
+	out.URL = &u
+	return out
 }
 
 // prefixed splits a path under a tier's prefix ("/reasoning/v1/models")
