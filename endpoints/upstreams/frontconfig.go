@@ -76,6 +76,13 @@ type FrontConfig struct {
 	// for retries and continuations); past it a request gets a 503 busy at
 	// once instead of growing the process without bound.
 	MaxBodyBytesInFlight int64
+	// StateDir is where the front door keeps what it writes: the keys it
+	// issued (keys.json) and the usage database (usage.db); "" means the
+	// top-level state_dir (the watcher's, which the front door reads for
+	// its start-to-ready estimates). Shipped: its own directory, which its
+	// unit makes (StateDirectory=slurm-llm/front), as its account cannot
+	// write the watcher's.
+	StateDir string
 	// MaxProcs is how many OS threads run the front door's Go code at
 	// once (GOMAXPROCS; the environment's GOMAXPROCS wins when set); 0 is
 	// Go's default, one per core. One is the default: the front door's
@@ -187,6 +194,7 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 		"max_body_bytes_in_flight": d.Bytes(&f.MaxBodyBytesInFlight),
 		"cors_origins":             d.Strings(&f.CORSOrigins),
 		"max_procs":                d.Int(&f.MaxProcs),
+		"state_dir":                d.String(&f.StateDir),
 		"tiers": d.Each(func(name string) tomlconf.Field {
 			return func(key toml.Key, v any) {
 				ft := DefaultFrontTier
