@@ -64,7 +64,9 @@ func newBenchWorld(b *testing.B) *benchWorld {
 func startProc(b *testing.B, argv []string, out io.Writer) *exec.Cmd {
 	b.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group, killed with the benchmark's process if that dies
+	// (an orphan would hold the ports, and the e2e lock, for ever).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = out, out
 	if v := os.Getenv("BENCH_FRONT_ENV"); v != "" && strings.HasSuffix(argv[0], "llm-upstreams") {
 		cmd.Env = append(os.Environ(), strings.Fields(v)...)
