@@ -3,6 +3,7 @@
 #   make build          binaries into ./bin (version stamped from git)
 #   make test           fast tests: no root, no Slurm, no nginx
 #   make e2e            real local Slurm cluster + real nginx (root; starts the cluster)
+#   make e2e-real       the real llama.cpp lane (LLAMA_BIN, TINY_MODEL or LLAMA_MODEL; skipped without)
 #   make check          what CI runs: gofmt, vet, test, shipped configs, e2e
 #   make bench          benchmarks, figures printed (root for the real-Slurm/nginx ones)
 #   make demo           the whole thing end to end on this machine (root)
@@ -18,7 +19,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build test e2e check check-shipped vet fmt-check bench fuzz demo install cluster-up cluster-down clean
+.PHONY: all build test e2e e2e-real check check-shipped vet fmt-check bench fuzz demo install cluster-up cluster-down clean
 
 all: build
 
@@ -50,6 +51,19 @@ cluster-down:
 
 e2e: cluster-up
 	$(GO) test -tags e2e -p 1 -count=1 -timeout $(E2E_TIMEOUT) ./...
+
+# The real llama.cpp lane (README): the distributed and elastic tiers' e2e
+# with llama.cpp's own llama-server and ggml-rpc-server on the namespace
+# cluster. LLAMA_BIN names the build's bin directory, LLAMA_MODEL or
+# TINY_MODEL a model every node reads; without LLAMA_BIN it says so and
+# skips (the tests skip too when a file is missing).
+e2e-real:
+	@if [ -z "$(LLAMA_BIN)" ]; then \
+		echo "e2e-real: skipped: LLAMA_BIN is not set (the bin directory of a llama.cpp build with llama-server and ggml-rpc-server; the model in TINY_MODEL or LLAMA_MODEL)"; \
+	else \
+		$(MAKE) --no-print-directory cluster-up CLUSTER_MODE=netns && \
+		$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'TestE2ERealLlama|TestRealLlamaApply' -v ./cmd/llm-supervisor; \
+	fi
 
 check: fmt-check vet test check-shipped e2e
 

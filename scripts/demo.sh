@@ -108,6 +108,7 @@ mkdir -p "$EP_DIR" "$STATE/logs" "$STATE/models" "$DEMO_DIR/upstreams" "$DEMO_DI
 touch "$STATE/models/fast-tiny.gguf" "$STATE/models/reasoning-tiny.gguf"
 rm -f "$EP_DIR"/*.json
 rm -rf "${DEMO_DIR:?}/state"
+mkdir -p "$DEMO_DIR/state" # the front door keeps its usage database there and does not make the directory
 
 jobs_started=() demo_users=()
 watch_pid="" keeper_pid="" front_pid=""
@@ -186,6 +187,7 @@ access_log = "$DEMO_DIR/front-access.log"
 fast-tiny = "/var/lib/slurm-llm/models/fast-tiny.gguf"
 [front.tiers.reasoning]
 models = ["OR1-Behemoth"]
+prefix = "/reasoning"   # the seed's URL of the tier, as shipped
 [front.auth]
 slurm_accounts = false   # the test cluster has no slurmdbd: keys name their user, no Slurm account
 EOF
@@ -252,7 +254,7 @@ for t in fast reasoning; do
 	info "$t: job $j"
 done
 
-answer() { # answer PORT [MODEL]: one chat completion; prints its content, or stops the demo
+answer() { # answer PORT[/PREFIX] [MODEL]: one chat completion; prints its content, or stops the demo
 	local body content
 	body=$(curl -sf --max-time 120 "http://127.0.0.1:$1/v1/chat/completions" -H 'Content-Type: application/json' \
 		-d "{\"model\":\"${2:-}\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hello.\"}],\"max_tokens\":8}") ||
@@ -279,14 +281,20 @@ front_tier() { # front_tier MODEL: the tier the front door's /v1/models names fo
 lists_both() { [ "$(front_tier OR1-Behemoth)" = reasoning ] && [ "$(front_tier /var/lib/slurm-llm/models/fast-tiny.gguf)" = fast ]; }
 wait_for "the front door to list both tiers' models" 60 lists_both
 info "GET :8090/v1/models: /var/lib/slurm-llm/models/fast-tiny.gguf (fast), OR1-Behemoth (reasoning); fast-tiny is an alias"
-tier_header() { # tier_header MODEL: the X-LLM-Tier of the front door's answer for MODEL
-	curl -s -o /dev/null -D - --max-time 20 http://127.0.0.1:8090/v1/chat/completions -H 'Content-Type: application/json' \
+tier_header() { # tier_header MODEL [PREFIX]: the X-LLM-Tier of the front door's answer for MODEL (at a tier's PREFIX)
+	curl -s -o /dev/null -D - --max-time 20 "http://127.0.0.1:8090${2:-}/v1/chat/completions" -H 'Content-Type: application/json' \
 		-d "{\"model\":\"$1\",\"messages\":[],\"max_tokens\":1}" | sed -n 's/^X-Llm-Tier: \([a-z]*\).*/\1/ip'
 }
 for m in fast-tiny OR1-Behemoth; do
 	a=$(answer 8090 "$m")
 	info ":8090 $m → $a (X-LLM-Tier: $(tier_header "$m"))"
 done
+# The seed's URL of the reasoning tier (https://CONTROLLER/reasoning/v1/..., tailscale serve's
+# /reasoning mount) keeps working with tailscale serve pointing at the front door alone.
+a=$(answer 8090/reasoning OR1-Behemoth)
+t=$(tier_header OR1-Behemoth /reasoning)
+[ "$t" = reasoning ] || die "the seed's URL :8090/reasoning/v1/chat/completions was answered by tier '$t', not reasoning"
+info ":8090/reasoning/v1/chat/completions (the seed's URL; [front.tiers.reasoning] prefix) → $a (X-LLM-Tier: $t)"
 say "status"
 llm-supervisor status --endpoint-dir "$EP_DIR" | sed 's/^/           /'
 llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | sed 's/^/           /'

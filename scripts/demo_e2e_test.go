@@ -50,6 +50,7 @@ func TestDemoE2E(t *testing.T) {
 		":8090 fast-tiny → ",      // the front door: one URL, the fast model
 		":8090 OR1-Behemoth → ",   // and the reasoning model
 		"X-LLM-Tier: reasoning)",  // each from its own tier
+		"reasoning/v1/chat/c",     // the seed's URL of the reasoning tier, through the front door
 		", 0 failed; the longest", // a partial preemption no front-door client saw
 		"fast is back on node",    // the partial preemption: back elsewhere
 		"released requeued job",   // by the keeper's release

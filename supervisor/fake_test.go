@@ -33,6 +33,24 @@ type fakeProc struct {
 	mu          sync.Mutex
 	res         ExitResult
 	ended       string // "stopped", "killed", "exited"
+	// spec is what it was started with; leases its lease renewals.
+	spec   tier.Process
+	leases []time.Time
+}
+
+// Lease records a renewal of the process's lease (Leaser).
+func (p *fakeProc) Lease(until time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leases = append(p.leases, until)
+	return true
+}
+
+// leased is the lease renewals so far.
+func (p *fakeProc) leased() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.leases...)
 }
 
 func (p *fakeProc) PID() int                   { return p.pid }
@@ -81,7 +99,7 @@ func (l *fakeLauncher) Start(p tier.Process) (Handle, error) {
 	defer l.mu.Unlock()
 	l.nextPID++
 	fp := &fakeProc{name: p.Name, pid: 1000 + l.nextPID, done: make(chan struct{}), ready: make(chan struct{}),
-		unreachable: make(chan string, 4)}
+		unreachable: make(chan string, 4), spec: p}
 	if p.Role == tier.RoleWorker {
 		close(fp.ready)
 	}
@@ -303,13 +321,30 @@ func (g *fakeRig) advanceFor(what string, cond func() bool, step time.Duration) 
 	g.t.Fatalf("%s did not happen within a simulated hour", what)
 }
 
-// settle gives the runner's goroutines a moment of real time to take what
-// the last Advance fired (HTTP answers come back through the Run loop).
+// settle waits until the runner has taken what the last Advance fired:
+// every tick read, nothing in its queues, and no question of the Run
+// goroutine under way (HTTP answers come back through it), twice in a row
+// 200 µs apart (the Run goroutine may be acting on what it took last). A
+// busy machine slows it rather than making it skip: a question is waited
+// for up to 250 ms of real time (one that takes longer is a head made to
+// hang, whose timeout the test's own clock drives), the rest up to 10 s;
+// once Run has returned, nothing.
 func (g *fakeRig) settle() {
-	for i := 0; i < 20; i++ {
-		if len(g.r.msgs) == 0 && len(g.r.stopCh) == 0 {
+	start := time.Now()
+	quiet := func() bool {
+		select {
+		case <-g.r.quit:
+			return true // Run has returned: nothing will take the rest
+		default:
+		}
+		asked := g.r.asking.Load() == 0 || time.Since(start) > 250*time.Millisecond
+		return g.clk.Unread() == 0 && asked && len(g.r.msgs) == 0 && len(g.r.stopCh) == 0
+	}
+	deadline := start.Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if quiet() {
 			time.Sleep(200 * time.Microsecond)
-			if len(g.r.msgs) == 0 {
+			if quiet() {
 				return
 			}
 		}

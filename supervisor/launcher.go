@@ -44,11 +44,11 @@ type Handle interface {
 	Kill()
 }
 
-// Leaser is a Handle whose process runs under a lease (tier.Process.Lease):
-// Lease renews it for d from now, and reports false when the process has
-// no lease to renew.
+// Leaser is a Handle whose process runs under a lease
+// (tier.Process.LeaseUntil): Lease renews it until the time until, and
+// reports false when the process has no lease to renew.
 type Leaser interface {
-	Lease(d time.Duration) bool
+	Lease(until time.Time) bool
 }
 
 // ExitResult says how a process ended, in the words an operator needs.

@@ -79,8 +79,8 @@ func (l SrunLauncher) Start(p tier.Process) (Handle, error) {
 		if p.Port > 0 {
 			argv = append(argv, "--port", strconv.Itoa(p.Port))
 		}
-		if p.Lease > 0 {
-			argv = append(argv, "--lease", p.Lease.String())
+		if !p.LeaseUntil.IsZero() {
+			argv = append(argv, "--lease-until", p.LeaseUntil.UTC().Format(time.RFC3339Nano))
 		}
 		argv = append(append(argv, "--"), p.Argv...)
 	}
@@ -124,7 +124,7 @@ func (l SrunLauncher) startShimmed(cmd *exec.Cmd, p tier.Process, token string) 
 	pr, err := startProc(cmd, p, l.shimLines(token), token, func(pr *proc) {
 		pr.onExit = func() { w.Close() }
 		pr.term = func(pr *proc) { _, _ = w.Write(shim.StopCommand(false)) }
-		pr.renew = func(d time.Duration) { _, _ = w.Write(shim.LeaseCommand(d)) }
+		pr.renew = func(until time.Time) { _, _ = w.Write(shim.LeaseCommand(until)) }
 		pr.extraGrace = tier.ShimMargin
 		pr.kill = func(pr *proc) {
 			_, _ = w.Write(shim.StopCommand(true))

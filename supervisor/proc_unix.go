@@ -35,7 +35,7 @@ type proc struct {
 	// onExit, if set, runs once the process is reaped (closes its stdin pipe).
 	onExit func()
 	// renew, if set, renews the process's lease (a shimmed step's).
-	renew func(time.Duration)
+	renew func(until time.Time)
 
 	mu     sync.Mutex
 	result ExitResult
@@ -201,12 +201,12 @@ func (p *proc) Kill() {
 	<-p.done
 }
 
-// Lease renews the process's lease for d (Leaser); false when it has none
-// to renew (not a shimmed step).
-func (p *proc) Lease(d time.Duration) bool {
+// Lease renews the process's lease until the time until (Leaser); false
+// when it has none to renew (not a shimmed step).
+func (p *proc) Lease(until time.Time) bool {
 	if p.renew == nil {
 		return false
 	}
-	p.renew(d)
+	p.renew(until)
 	return true
 }

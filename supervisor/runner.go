@@ -12,6 +12,7 @@ import (
 	"slurm-llm/health"
 	"slurm-llm/supervisor/clock"
 	"slurm-llm/supervisor/tier"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -148,8 +149,12 @@ type Runner struct {
 	stopCh chan StopRequest
 	msgs   chan any
 	quit   chan struct{}
+	// asking counts the questions the Run goroutine sent off (ask) whose
+	// answer is not in msgs yet: with msgs empty and none asking, nothing
+	// is on its way to the Run goroutine but processes' exits and stops.
+	asking atomic.Int64
 	// leases holds the latest lease renewal for the head (Lease).
-	leases chan time.Duration
+	leases chan time.Time
 
 	// Owned by the Run goroutine.
 	state     State
@@ -160,6 +165,11 @@ type Runner struct {
 	retired   []*member
 	restartAt time.Time
 	models    []string
+	// leaseUntil is when the head's lease ends (its Process.LeaseUntil,
+	// then each renewal); zero: the head has no lease. leaseEndedLogged:
+	// that a head was not started for it was logged.
+	leaseUntil       time.Time
+	leaseEndedLogged bool
 	// inFlight is the head's last count of requests in flight; nil when unknown.
 	inFlight *int
 	// idleSince is when the head, serving, was first counted with nothing
@@ -190,8 +200,8 @@ func New(plan *tier.Plan, opts Options) (*Runner, error) {
 		plan: plan, opts: opts, clock: opts.Clock, log: opts.Logger,
 		policy: NewRestartPolicy(plan.Restart, opts.Rand),
 		stopCh: make(chan StopRequest, 4), msgs: make(chan any, 16), quit: make(chan struct{}),
-		leases: make(chan time.Duration, 1),
-		state:  StateStarting, reason: "starting",
+		leases: make(chan time.Time, 1),
+		state:  StateStarting, reason: "starting", leaseUntil: plan.Head.LeaseUntil,
 	}
 	r.pub = newPublisher(plan.EndpointDir, opts.RunID, plan.HintAddr, opts.SlowStorage, opts.Logger, func() { r.send(supersededMsg{}) })
 	r.applyPlan(plan)
@@ -336,16 +346,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	return r.err
 }
 
-// Lease renews the head's lease (its Process.Lease) for d from now. It
-// never blocks and is safe to call from any goroutine: only the latest
-// renewal is kept until the Run goroutine takes it. An elastic leader
-// renews its head's lease with its own member lease, so that the head's
-// shim kills the head when the leader can no longer renew (frozen, or its
-// shared file system hung).
-func (r *Runner) Lease(d time.Duration) {
+// Lease renews the head's lease (its Process.LeaseUntil) until the time
+// until. It never blocks and is safe to call from any goroutine: only the
+// latest renewal is kept until the Run goroutine takes it. An elastic
+// leader renews its head's lease to the end of its lead at every renewal
+// of its member lease, so that the head's shim kills the head when the
+// lead ends unrenewed (the leader frozen, its shared file system hung),
+// whatever the supervisor is doing. The time is absolute: a renewal that
+// waits on its way cannot lengthen the lease.
+func (r *Runner) Lease(until time.Time) {
 	for {
 		select {
-		case r.leases <- d:
+		case r.leases <- until:
 			return
 		default:
 		}
@@ -356,11 +368,45 @@ func (r *Runner) Lease(d time.Duration) {
 	}
 }
 
-// renewLease passes a renewal to the running head's shim.
-func (r *Runner) renewLease(d time.Duration) {
-	if l, ok := r.head.h.(Leaser); ok && r.head.running() {
-		l.Lease(d)
+// renewLease keeps the lease's new end for the head's next start and
+// passes it to the running head's shim; a head that was not started for
+// want of a lease may start now.
+func (r *Runner) renewLease(until time.Time) {
+	r.leaseUntil, r.leaseEndedLogged = until, false
+	if !r.head.running() {
+		r.reconcile()
+		return
 	}
+	if l, ok := r.head.h.(Leaser); ok {
+		l.Lease(until)
+	}
+}
+
+// leaseEnded reports whether the head has a lease and it has ended: its
+// shim would kill it at once, so it is not started (logged once per
+// renewal).
+func (r *Runner) leaseEnded() bool {
+	if r.leaseUntil.IsZero() || r.clock.Now().Before(r.leaseUntil) {
+		return false
+	}
+	if !r.leaseEndedLogged {
+		r.leaseEndedLogged = true
+		r.log.Warn("the head's lease has ended: not starting it unless the lease is renewed",
+			"lease_until", r.leaseUntil.UTC().Format(time.RFC3339Nano))
+	}
+	return true
+}
+
+// ask runs question on a goroutine and delivers its answer to the Run
+// goroutine as a message (a check of the head, a worker's port, the
+// links, the requests in flight): nothing that waits on a network is done
+// on the Run goroutine.
+func (r *Runner) ask(question func() any) {
+	r.asking.Add(1)
+	go func() {
+		defer r.asking.Add(-1)
+		r.send(question())
+	}()
 }
 
 // send delivers a message from a helper goroutine to the Run goroutine,

@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -24,11 +26,14 @@ func (r *Runner) view() lifeView {
 		Workers: procs(r.workers), Retired: procs(r.retired),
 		MinWorkers: r.plan.MinWorkers, StartFailLimit: r.plan.Restart.WorkerStartFailures,
 		Split: r.plan.Split(stopMargin(r.opts.Launcher)), IdleUnroute: unroute,
+		Timeouts: r.plan.Timeouts, Drain: r.drain, IdleExit: r.opts.IdleExit, IdleSince: r.idleSince,
 	}
 }
 
 func (m *member) view() procView {
-	return procView{Name: m.spec.Name, Node: m.spec.Node, Phase: m.phase, StartFails: m.startFails}
+	return procView{Name: m.spec.Name, Node: m.spec.Node, Addr: net.JoinHostPort(m.spec.Addr, strconv.Itoa(m.spec.Port)),
+		Phase: m.phase, StartFails: m.startFails, SilentLogged: m.silentLogged,
+		StartedAt: m.startedAt, LastOK: m.lastOK, SilentSince: m.silentSince, BusySince: m.busySince, Work: m.work}
 }
 
 // deps are the restart policy and the replanner, for the rules.
@@ -86,9 +91,68 @@ func (r *Runner) apply(steps []lifeStep) {
 			r.log.Warn("stop requested again: not waiting for requests in flight")
 		case stepFinish:
 			r.finish()
+		case stepNodeFault:
+			m.nodeFault = s.Reason
 		default:
-			r.log.Error("bug: a step no one carries out", "step", s.Kind)
+			r.applyCheck(s)
 		}
+	}
+}
+
+// applyCheck carries out the steps of the checks of a running tier: the
+// head's progress and idleness, a hung head, the drain's counts.
+func (r *Runner) applyCheck(s lifeStep) {
+	switch s.Kind {
+	case stepProgress:
+		r.head.work, r.head.busySince = s.Work, s.At
+	case stepIdleSince:
+		r.idleSince = s.At
+	case stepIdleExit:
+		r.log.Info("idle: nothing in flight, ending this extra replica", "idle_for", s.Delay, "idle_exit", r.opts.IdleExit)
+	case stepHung:
+		r.log.Error("head hung", "in_flight", s.N, "no_progress_for", s.Delay, "read_error", s.Err)
+	case stepLinkSilent:
+		r.log.Error("a worker's link is silent: restarting the head and its workers", "workers", strings.Join(s.Nodes, ","))
+	case stepCount:
+		r.drain.checking = true
+		r.countInFlight()
+	case stepCounted:
+		r.drain.checking = false
+		r.log.Debug("requests in flight counted", "in_flight", s.N, "error", s.Err)
+	case stepUnsure:
+		r.drain.unsure = true
+		r.log.Warn("cannot count requests in flight: waiting as if busy", "until", r.drain.deadline.Format(time.RFC3339Nano), "error", s.Err)
+	case stepSure:
+		r.drain.unsure = false
+		r.log.Info("requests in flight counted again", "in_flight", s.N)
+	case stepIdle:
+		r.log.Info("no request in flight")
+	case stepSpent:
+		r.log.Warn("drain budget spent: stopping with requests in flight", "in_flight", r.inFlight)
+	default:
+		r.applyWorkerCheck(s)
+	}
+}
+
+// applyWorkerCheck carries out the steps of a worker's startup probes and
+// of the head's word about its workers.
+func (r *Runner) applyWorkerCheck(s lifeStep) {
+	m := r.find(s.Proc)
+	switch s.Kind {
+	case stepSilentAt:
+		m.silentSince = s.At
+	case stepNoRoom:
+		m.silentLogged = true
+		r.log.Warn("a worker's node does not answer (its link or node is down?); min_workers leaves no room to drop it",
+			"process", s.Proc, "node", m.spec.Node, "error", s.Err, "worker_start", r.plan.Timeouts.WorkerStart)
+	case stepUnreached:
+		if m == nil {
+			r.log.Warn("the head could not connect to an address that is no worker of the plan", "addr", s.Reason)
+			return
+		}
+		r.log.Warn("the head could not connect to a worker: it would serve without it", "process", s.Proc, "addr", s.Reason)
+	default:
+		r.log.Error("bug: a step no one carries out", "step", s.Kind)
 	}
 }
 

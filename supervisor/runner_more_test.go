@@ -59,7 +59,9 @@ func TestRunnerWorkerStartTimeout(t *testing.T) {
 	tr := newTier(t, 2)
 	tr.minWorkers = 1
 	tr.restart.WorkerStartFailures = 2
-	tr.timeouts.WorkerStart = 300 * time.Millisecond
+	// Long enough for the good worker (a real process) to start on a busy
+	// machine: 300 ms failed it too under load, and no node was left.
+	tr.timeouts.WorkerStart = 2 * time.Second
 	tr.workerArgs["node2"] = []string{"--fake-startup-delay", "1h"}
 	rn := startRunner(t, tr.plan(tr.nodes), Options{Replan: func(w []string) (*tier.Plan, error) { return tr.plan(w), nil }})
 	until(t, "endpoint ready", func() bool { return endpointState(t, rn.plan) == endpoints.StateReady })

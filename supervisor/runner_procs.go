@@ -126,7 +126,7 @@ func (r *Runner) reconcile() {
 		}
 		return
 	}
-	if !r.head.running() {
+	if !r.head.running() && !r.leaseEnded() {
 		r.start(r.head)
 	}
 }
@@ -149,6 +149,9 @@ func (r *Runner) start(m *member) {
 	m.phase, m.startedAt, m.checking = phaseStarting, r.clock.Now(), false
 	if m == r.head {
 		r.inFlight = nil // a new head: nothing known of its requests yet
+		if !r.leaseUntil.IsZero() {
+			m.spec.LeaseUntil = r.leaseUntil // the latest renewal, not the plan's
+		}
 	}
 	m.lastOK, m.loadingLogged, m.unhealthy, m.foreignLogged = time.Time{}, false, false, false
 	m.busySince, m.work, m.killing = time.Time{}, 0, false

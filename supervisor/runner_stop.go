@@ -66,63 +66,30 @@ func (r *Runner) updateStop(req StopRequest) {
 }
 
 // checkDrain ends the drain when its deadline passed, else asks the head
-// how many requests are in flight.
-func (r *Runner) checkDrain() {
-	if !r.clock.Now().Before(r.drain.deadline) {
-		r.log.Warn("drain budget spent: stopping with requests in flight", "in_flight", r.inFlight)
-		r.finish()
-		return
-	}
-	if !r.drain.checking {
-		r.drain.checking = true
-		r.countInFlight()
-	}
-}
+// how many requests are in flight (life.go, onDrainPoll).
+func (r *Runner) checkDrain() { r.apply(onDrainPoll(r.view())) }
 
 // countInFlight asks the head, on a goroutine, how many requests it has in
 // flight; the answer comes back as an inFlightMsg.
 func (r *Runner) countInFlight() {
 	base := health.BaseURL(r.head.spec.Addr, r.head.spec.Port)
 	client, timeout, gen := r.opts.HTTPClient, r.plan.Timeouts.HealthTimeout, r.head.gen
-	go func() {
+	r.ask(func() any {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		n, err := health.InFlight(ctx, client, base)
-		r.send(inFlightMsg{gen: gen, n: n, err: err})
-	}()
+		return inFlightMsg{gen: gen, n: n, err: err}
+	})
 }
 
 // handleInFlight takes a count of requests in flight: published while the
-// tier serves; while draining, an idle head ends the wait. A head that
-// cannot say (a 503 under load, a timeout) may be busy: the drain waits on
-// and asks again, until its deadline.
+// tier serves; while draining, life.go's onInFlight says what follows.
 func (r *Runner) handleInFlight(m inFlightMsg) {
 	if m.gen != r.head.gen {
 		return
 	}
 	r.recordInFlight(m)
-	if r.state != StateDraining {
-		return
-	}
-	r.drain.checking = false
-	switch {
-	case m.err != nil:
-		if !r.drain.unsure {
-			r.drain.unsure = true
-			r.log.Warn("cannot count requests in flight: waiting as if busy", "until", r.drain.deadline.Format(time.RFC3339Nano), "error", m.err)
-		}
-	case m.n == 0 && r.clock.Now().Before(r.drain.notBefore):
-		r.log.Debug("no request in flight; waiting for the controller to stop routing here", "until", r.drain.notBefore.Format(time.RFC3339Nano))
-	case m.n == 0:
-		r.log.Info("no request in flight")
-		r.finish()
-	default:
-		if r.drain.unsure {
-			r.drain.unsure = false
-			r.log.Info("requests in flight counted again", "in_flight", m.n)
-		}
-		r.log.Debug("waiting for requests in flight", "in_flight", m.n)
-	}
+	r.apply(onInFlight(r.view(), m.n, m.err))
 }
 
 // recordInFlight keeps the head's count for the endpoint file (nil when

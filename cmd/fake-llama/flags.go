@@ -45,6 +45,7 @@ var serverFlags = map[string]flagDef{
 	"--fake-token-rate":                   {"token-rate", false},
 	"--fake-tokens":                       {"tokens", false},
 	"--fake-hang-health":                  {"hang-health", true},
+	"--fake-metrics-delay":                {"metrics-delay", false},
 	"--fake-hang-on-term-while-streaming": {"hang-on-term-while-streaming", true},
 	"--fake-term-stream-exit":             {"term-stream-exit", false},
 	"--fake-model-mb":                     {"model-mb", false},
@@ -120,12 +121,14 @@ type config struct {
 	loadTime, exitAfter     time.Duration
 	termDelay, startupDelay time.Duration
 	termStreamExit          time.Duration
-	tokenRate               float64
-	tokens                  int
-	failStart, ignoreTerm   bool
-	hangOnTermStreaming     bool
-	hangHealth, version     bool
-	rpcVersion              string
+	// metricsDelay: /metrics answers this late (a fault injected by tests).
+	metricsDelay          time.Duration
+	tokenRate             float64
+	tokens                int
+	failStart, ignoreTerm bool
+	hangOnTermStreaming   bool
+	hangHealth, version   bool
+	rpcVersion            string
 
 	// Loading weights over RPC (Q3, facts 20 and 27). MiB and MiB/s.
 	modelMiB           int
@@ -180,6 +183,7 @@ func parseConfig(mode string, args []string) (config, error) {
 	p.duration("exit-after", &cfg.exitAfter)
 	p.duration("term-delay", &cfg.termDelay)
 	p.duration("term-stream-exit", &cfg.termStreamExit)
+	p.duration("metrics-delay", &cfg.metricsDelay)
 	p.duration("startup-delay", &cfg.startupDelay)
 	p.boolean("metrics", &cfg.metrics)
 	p.boolean("fail-start", &cfg.failStart)

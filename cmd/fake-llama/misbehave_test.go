@@ -119,3 +119,23 @@ func TestArgv0SelectsMode(t *testing.T) {
 		})
 	}
 }
+
+// --fake-metrics-delay: /metrics answers late, the rest of the API at once.
+func TestMetricsDelay(t *testing.T) {
+	_, base := startHead(t, "--metrics", "--fake-metrics-delay", "5s")
+	poll(t, "models answered", func() bool {
+		code, _ := get(t, base+"/v1/models")
+		return code == http.StatusOK
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("/metrics answered %d at once, want it late", resp.StatusCode)
+	}
+	if code, _ := get(t, base+"/health"); code != http.StatusOK {
+		t.Errorf("/health = %d, want 200 at once", code)
+	}
+}

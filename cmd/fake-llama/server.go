@@ -159,6 +159,12 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/metrics", s.handleMetrics)
 	mux.HandleFunc("/slots", s.handleSlots)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Expect") == "100-continue" {
+			// cpp-httplib answers 100 Continue as soon as it has read the
+			// headers, before routing: before the loading check, whatever
+			// the answer will be (its Server::process_request).
+			w.WriteHeader(http.StatusContinue)
+		}
 		if !s.ready.Load() && r.URL.Path != "/health" && r.URL.Path != "/v1/health" {
 			writeError(w, http.StatusServiceUnavailable, "Loading model", "unavailable_error")
 			return
@@ -229,6 +235,15 @@ func (s *server) slotsFor(w http.ResponseWriter, r *http.Request) (*slotTable, b
 }
 
 func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.metricsDelay > 0 { // --fake-metrics-delay: answer late
+		t := time.NewTimer(s.cfg.metricsDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	slots, ok := s.slotsFor(w, r)
 	if !ok {
 		return

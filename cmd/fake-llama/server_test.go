@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -438,5 +439,45 @@ func TestRawCompletionContinues(t *testing.T) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || got.Content != "tok3 tok4 " {
 		t.Errorf("content %q (%v), want the numbering continued", got.Content, err)
+	}
+}
+
+// A request with Expect: 100-continue gets 100 Continue at once, before the
+// head's real answer and whatever that is (cpp-httplib answers it before
+// routing, so before llama-server's loading check; slurm-facts 34): while
+// loading the 503 comes after it, once loaded the answer.
+func TestHeadAnswersExpectContinueFirst(t *testing.T) {
+	_, base := startHead(t, "--fake-load-time", "1h", "--alias", "m")
+	_, ready := startHead(t, "--alias", "m")
+	waitReady(t, ready)
+	for _, tc := range []struct {
+		name, base string
+		want       int
+	}{{"loading", base, http.StatusServiceUnavailable}, {"loaded", ready, http.StatusOK}} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(tc.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(waitTimeout))
+		body := `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", len(body))
+		br := bufio.NewReader(conn)
+		line, err := br.ReadString('\n') // before any byte of the body was sent
+		if err != nil || strings.TrimSpace(line) != "HTTP/1.1 100 Continue" {
+			t.Fatalf("%s: first line %q (%v), want HTTP/1.1 100 Continue", tc.name, line, err)
+		}
+		if _, err := br.ReadString('\n'); err != nil { // the 100's empty line
+			t.Fatal(err)
+		}
+		io.WriteString(conn, body)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: the answer after 100 Continue is %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
 	}
 }

@@ -82,7 +82,11 @@ tensor_split = [1, 1]
 func setupElastic(t testing.TB) *e2eElastic { return setupElasticWith(t, nil) }
 
 // setupElasticWith is setupElastic with real llama.cpp when rl is set.
-func setupElasticWith(t testing.TB, rl *realLlama) *e2eElastic {
+func setupElasticWith(t testing.TB, rl *realLlama) *e2eElastic { return setupElasticEdit(t, rl, nil) }
+
+// setupElasticEdit is setupElasticWith with the tier config passed through
+// edit, when set.
+func setupElasticEdit(t testing.TB, rl *realLlama, edit func(config string) string) *e2eElastic {
 	cluster := slurmtest.Need(t, "netns")
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -100,8 +104,15 @@ func setupElasticWith(t testing.TB, rl *realLlama) *e2eElastic {
 	if rl != nil {
 		config = rl.apply(config, dir)
 	}
+	if edit != nil {
+		config = edit(config)
+	}
 	e2eWriteFile(t, filepath.Join(dir, "tier.toml"), config)
-	e2eWriteFile(t, filepath.Join(dir, "job.sh"), fmt.Sprintf("#!/bin/bash\nexec %s/llm-supervisor run --config %s/tier.toml --log-level debug\n", dir, dir))
+	// A node's own config, tier-<node>.toml, wins when there is one
+	// (slowMount's).
+	e2eWriteFile(t, filepath.Join(dir, "job.sh"), fmt.Sprintf("#!/bin/bash\ncfg=%s/tier.toml\n"+
+		"[ -f %s/tier-$SLURMD_NODENAME.toml ] && cfg=%s/tier-$SLURMD_NODENAME.toml\n"+
+		"exec %s/llm-supervisor run --config $cfg --log-level debug\n", dir, dir, dir, dir))
 	t.Cleanup(func() { el.cleanup(t) })
 	return el
 }

@@ -231,9 +231,9 @@ func newMember(cfg *tier.Config, alloc slurm.Allocation, client *slurm.Client, l
 		StopMargin: tier.ShimMargin,
 		Observer:   life.Observe,
 		Log:        log.Named("member"),
-		NewHead: func(p *tier.Plan, term int, serving string) (elastic.Head, error) {
+		NewHead: func(p *tier.Plan, run elastic.HeadRun) (elastic.Head, error) {
 			return supervisor.New(p, supervisor.Options{Launcher: launcher, Logger: log.Named("head"),
-				Observer: life.Observe, Term: term, Serving: serving, RunID: runID})
+				Observer: life.Observe, Term: run.Term, Serving: run.Serving, RunID: run.RunID})
 		},
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -16,7 +17,7 @@ import (
 	"slurm-llm/supervisor/shim"
 )
 
-const shimUsage = `usage: llm-supervisor shim --token T [--hold D] [--grace D] [--stop-signal SIG] [--unshielded] [--port P] [--lease D] -- COMMAND [ARG...]
+const shimUsage = `usage: llm-supervisor shim --token T [--hold D] [--grace D] [--stop-signal SIG] [--unshielded] [--port P] [--lease-until T] -- COMMAND [ARG...]
 
 Runs COMMAND as a child held through Slurm's stop signals: on SIGTERM the shim
 writes a marker line to stderr and keeps COMMAND running until "stop" (or
@@ -58,7 +59,14 @@ func parseShimFlags(args []string, stdout io.Writer) (shim.Config, hclog.Level, 
 	fs.StringVar(&stopSig, "stop-signal", "SIGINT", "signal that asks the child to stop (SIGTERM is blocked in a shielded child)")
 	fs.BoolVar(&cfg.Unshielded, "unshielded", false, "do not block SIGTERM in the child")
 	fs.StringVar(&level, "log-level", "info", "log level of the shim's own messages")
-	fs.DurationVar(&cfg.Lease, "lease", 0, "kill COMMAND unless the supervisor renews this lease (\"lease D\" on stdin) in time (0: no lease)")
+	fs.Func("lease-until", "kill COMMAND at this time (RFC 3339, this node's clock) unless the supervisor renews the lease (\"lease T\" on stdin) to a later one (unset: no lease)", func(v string) error {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return fmt.Errorf("want an RFC 3339 time: %w", err)
+		}
+		cfg.LeaseUntil = t
+		return nil
+	})
 	fs.IntVar(&cfg.Port, "port", 0, "the TCP port COMMAND listens on: refuse to start it while another process holds the port, report when it holds it (0: no check)")
 	if err := parseFlags(fs, args, shimUsage+"\n", stdout); err != nil {
 		return cfg, 0, err

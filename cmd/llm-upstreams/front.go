@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -32,6 +33,9 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 	if cfg.Front.Listen == "" {
 		log.Error("config: [front] listen is not set; the front door has nowhere to listen", "config", path)
 		return exitUsage
+	}
+	if procs := cfg.Front.MaxProcs; procs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(procs)
 	}
 	accessOut, closeAccess, err := openAccessLog(cfg.Front.AccessLog)
 	if err != nil {

@@ -3,6 +3,7 @@ package front
 import (
 	"bytes"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -61,12 +62,27 @@ const (
 type sniffer struct {
 	io.ReadCloser
 	c          *call
+	buf        *[sniffHead + sniffTail]byte
 	head, tail []byte
 	done       bool
 }
 
 func newSniffer(c *call, body io.ReadCloser) *sniffer {
-	return &sniffer{ReadCloser: body, c: c, head: make([]byte, 0, sniffHead), tail: make([]byte, 0, sniffTail)}
+	b := sniffBuffers.Get().(*[sniffHead + sniffTail]byte)
+	return &sniffer{ReadCloser: body, c: c, buf: b, head: b[:0:sniffHead], tail: b[sniffHead:sniffHead]}
+}
+
+// sniffBuffers lend sniffers the bytes they keep.
+var sniffBuffers = sync.Pool{New: func() any { return new([sniffHead + sniffTail]byte) }}
+
+// Close closes the body and gives the kept bytes back.
+func (s *sniffer) Close() error {
+	err := s.ReadCloser.Close()
+	if s.buf != nil {
+		sniffBuffers.Put(s.buf)
+		s.buf, s.head, s.tail = nil, nil, nil
+	}
+	return err
 }
 
 func (s *sniffer) Read(p []byte) (int, error) {

@@ -13,8 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-
-	"slurm-llm/endpoints/upstreams"
 )
 
 // histCount is how many observations tier/model's series of h holds.
@@ -58,59 +56,6 @@ func TestStreamedAnswerIsCounted(t *testing.T) {
 	asked, err := r.streamAnswer("/v1/chat/completions", `,"stream_options":{"include_usage":true}`, `[{"role":"user","content":"hi"}]`)
 	if err != nil || asked.usage["completion_tokens"] != 5 {
 		t.Errorf("a client that asked: usage %v (%v), want its chunk", asked.usage, err)
-	}
-}
-
-// TestStreamOptionsNullIsCounted: a chat stream whose client sends
-// "stream_options": null (no options) is asked for its usage like one
-// that sends none, and the client does not get the chunk; the front door
-// left null as it was, so the head sent no usage and the answer's tokens
-// were counted nowhere (metrics, usage database, token limits).
-func TestStreamOptionsNullIsCounted(t *testing.T) {
-	r := newRig(t, nil)
-	h := newTestHead(t, "fast", "1", "qwen-a")
-	h.tokens = 5
-	r.route(nil, h)
-	got, err := r.streamAnswer("/v1/chat/completions", `,"stream_options":null`, `[{"role":"user","content":"three words here"}]`)
-	if err != nil || !got.done || got.usage != nil {
-		t.Fatalf("answer %+v, %v; want it whole, without a usage chunk", got, err)
-	}
-	m := r.s.metrics
-	counts := [2]float64{testutil.ToFloat64(m.tokens.WithLabelValues("fast", "qwen-a", "prompt")),
-		testutil.ToFloat64(m.tokens.WithLabelValues("fast", "qwen-a", "completion"))}
-	if d := cmp.Diff([2]float64{3, 5}, counts); d != "" {
-		t.Errorf("prompt and completion tokens counted (-want +got):\n%s", d)
-	}
-}
-
-// TestBackupStreamIsCounted: a chat stream answered by its tier's backup
-// model is counted like any other, and a client that did not ask for the
-// usage chunk does not get it. The backup's answer was not read at all:
-// its tokens were counted nowhere, and the usage chunk the front door had
-// asked for on its own reached the client.
-func TestBackupStreamIsCounted(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Second, MaxHeld: 8, MaxHeldBytes: 1 << 20,
-			Models: []string{"OR1-Behemoth"}, BackupModel: "qwen-a"}
-	})
-	h := newTestHead(t, "fast", "1", "qwen-a")
-	h.tokens = 5
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonDisabled}}, h)
-	resp, err := http.Post(r.srv.URL+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"OR1-Behemoth","stream":true,"messages":[{"role":"user","content":"three words here"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.Header.Get(TierHeader) != "fast" || !strings.Contains(string(body), "data: [DONE]") || strings.Contains(string(body), `"usage"`) {
-		t.Errorf("the backup's stream (tier %q):\n%s\nwant it whole, from tier fast, without a usage chunk", resp.Header.Get(TierHeader), body)
-	}
-	m := r.s.metrics
-	counts := [2]float64{testutil.ToFloat64(m.tokens.WithLabelValues("reasoning", "OR1-Behemoth", "prompt")),
-		testutil.ToFloat64(m.tokens.WithLabelValues("reasoning", "OR1-Behemoth", "completion"))}
-	if d := cmp.Diff([2]float64{3, 5}, counts); d != "" {
-		t.Errorf("prompt and completion tokens counted (-want +got):\n%s", d)
 	}
 }
 

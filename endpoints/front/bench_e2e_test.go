@@ -64,7 +64,9 @@ func newBenchWorld(b *testing.B) *benchWorld {
 func startProc(b *testing.B, argv []string, out io.Writer) *exec.Cmd {
 	b.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group, killed with the benchmark's process if that dies
+	// (an orphan would hold the ports, and the e2e lock, for ever).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = out, out
 	if v := os.Getenv("BENCH_FRONT_ENV"); v != "" && strings.HasSuffix(argv[0], "llm-upstreams") {
 		cmd.Env = append(os.Environ(), strings.Fields(v)...)
@@ -220,14 +222,15 @@ func pct(s []time.Duration, p float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // BenchmarkE2EFrontLatency: the latency the front door adds over calling
-// the head directly, beside nginx's (the shipped site), on the same fake
-// head in one run (issue 27): 1 and 16 clients on kept-alive connections,
-// small non-streaming chat requests (one token, answered at once) and
-// short streams (16 tokens, unpaced). The three are measured in turn,
-// 1.5 s each, in 4 rounds, so that drift on a busy machine hits all alike;
-// it prints each one's p50 and p99 and what the front door and nginx add
-// at p50 and p99, and the front door's allocations per request (its own
-// Go runtime counters, read from its /metrics before and after).
+// the head directly, beside nginx's (the shipped site, one worker), on the
+// same fake head in one run (issue 27): 1 and 16 clients on kept-alive
+// connections, small non-streaming chat requests (one token, answered at
+// once) and short streams (16 tokens, unpaced). The front door runs as
+// shipped (max_procs = 1: "front") and on every core ("front*"). All are
+// measured in turn, 1.5 s each, in 4 rounds, so that drift on a busy
+// machine hits all alike; it prints each one's p50 and p99, what each
+// proxy adds at p50 and p99, and each proxy's CPU time and context
+// switches per request.
 func BenchmarkE2EFrontLatency(b *testing.B) {
 	w := newBenchWorld(b)
 	n := nginxtest.Start(b, filepath.Join("..", "..", "etc", "nginx", "slurm-llm.conf"), 1)
@@ -240,11 +243,21 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 	nginx := fmt.Sprintf("http://127.0.0.1:%d", n.Fast)
 	waitOK(b, nginx+"/v1/models")
 	front, proc := w.front(b, cfg, fport)
+	// The same front door on every core (max_procs = 0, Go's default).
+	aport := faketest.FreePort(b)
+	acfg := strings.TrimSuffix(cfg, ".toml") + "-allcores.toml"
+	raw, _ := os.ReadFile(cfg)
+	raw = []byte(strings.Replace(string(raw), fmt.Sprintf("listen = \"127.0.0.1:%d\"", fport),
+		fmt.Sprintf("listen = \"127.0.0.1:%d\"\nmax_procs = 0", aport), 1))
+	if err := os.WriteFile(acfg, raw, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	allCores, aproc := w.front(b, acfg, aport)
 	direct := fmt.Sprintf("http://127.0.0.1:%d", head)
 	targets := []struct {
 		name, url string
 		pgid      int // the proxy's process group, for its CPU time
-	}{{"direct", direct, 0}, {"front", front, proc.Process.Pid}, {"nginx", nginx, n.PID}}
+	}{{"direct", direct, 0}, {"front", front, proc.Process.Pid}, {"front*", allCores, aproc.Process.Pid}, {"nginx", nginx, n.PID}}
 	for i := 0; i < b.N; i++ {
 		for _, kind := range []struct{ name, body string }{
 			{"chat", `{"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`},
@@ -253,14 +266,16 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 			for _, clients := range []int{1, 16} {
 				res := map[string][]time.Duration{}
 				cpu := map[string]time.Duration{}
+				switches := map[string]int64{}
 				for _, t := range targets {
 					latencies(b, t.url, kind.body, clients, 300*time.Millisecond) // warm the connections
 				}
 				for range 4 {
 					for _, t := range targets {
-						before := groupCPU(b, t.pgid)
+						before, sw := groupCPU(b, t.pgid), groupSwitches(t.pgid)
 						res[t.name] = append(res[t.name], latencies(b, t.url, kind.body, clients, 1500*time.Millisecond)...)
 						cpu[t.name] += groupCPU(b, t.pgid) - before
+						switches[t.name] += groupSwitches(t.pgid) - sw
 					}
 				}
 				label := fmt.Sprintf("%s,%d-clients", kind.name, clients)
@@ -269,13 +284,14 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 					perReq := ""
 					if t.pgid != 0 {
 						us := float64(cpu[t.name].Microseconds()) / float64(len(res[t.name]))
-						perReq = fmt.Sprintf(", its CPU %.1f µs per request", us)
+						cs := float64(switches[t.name]) / float64(len(res[t.name]))
+						perReq = fmt.Sprintf(", per request its CPU %.1f µs and %.2f context switches", us, cs)
 						b.ReportMetric(us, "cpu-us/req("+t.name+","+label+")")
 					}
 					b.Logf("%-18s %-6s %6d requests: p50 %.3f ms, p99 %.3f ms%s", label, t.name, len(res[t.name]),
 						ms(pct(res[t.name], .5)), ms(pct(res[t.name], .99)), perReq)
 				}
-				for _, via := range []string{"front", "nginx"} {
+				for _, via := range []string{"front", "front*", "nginx"} {
 					add50 := pct(res[via], .5) - pct(res["direct"], .5)
 					add99 := pct(res[via], .99) - pct(res["direct"], .99)
 					b.ReportMetric(ms(add50), "added-p50-ms("+via+","+label+")")
@@ -317,6 +333,43 @@ func groupCPU(b *testing.B, pgid int) time.Duration {
 		ticks += u + s
 	}
 	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
+}
+
+// groupSwitches is the context switches (voluntary and not) of every
+// thread of every process in process group pgid so far; 0 for pgid 0.
+func groupSwitches(pgid int) int64 {
+	if pgid == 0 {
+		return 0
+	}
+	var n int64
+	tasks, _ := filepath.Glob("/proc/[0-9]*/task/[0-9]*/status")
+	for _, path := range tasks {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var pg, sw int64
+		for _, line := range strings.Split(string(raw), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			switch k {
+			case "NSpgid":
+				f := strings.Fields(v)
+				if len(f) > 0 {
+					pg, _ = strconv.ParseInt(f[0], 10, 64)
+				}
+			case "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches":
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				sw += x
+			}
+		}
+		if pg == int64(pgid) {
+			n += sw
+		}
+	}
+	return n
 }
 
 // BenchmarkE2EFront1000Streams: 1,000 concurrent SSE streams (chat, 60

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // reqKeys are the top-level keys of a request body the front door reads:
@@ -104,54 +105,72 @@ func (k reqKeys) usageAsked() bool {
 	return asked
 }
 
-// askUsage returns the body of a chat stream with
-// stream_options.include_usage set: the head then ends the stream with the
-// answer's usage, the only exact count of its tokens (the front door
-// drops that chunk from a client that did not ask for it).
-func askUsage(body []byte, k reqKeys) []byte {
-	if k.streamOptionsAt < 0 {
-		return insertKey(body, "stream_options", []byte(`{"include_usage":true}`))
+// edit is one change to a body's bytes: n bytes at offset at become raw
+// (n 0: raw inserted).
+type edit struct {
+	at, n int
+	raw   []byte
+}
+
+// apply returns body with edits made; their spans do not overlap, so they
+// are made from the last to the first and each offset holds.
+func apply(body []byte, edits ...edit) []byte {
+	slices.SortFunc(edits, func(a, b edit) int { return b.at - a.at })
+	size := len(body)
+	for _, e := range edits {
+		size += len(e.raw) - e.n
 	}
-	if string(k.streamOptions) == "null" { // no options, as when absent
-		return replaceAt(body, k.streamOptionsAt, len(k.streamOptions), []byte(`{"include_usage":true}`))
+	out := make([]byte, 0, size)
+	end := len(body)
+	var tail [][]byte
+	for _, e := range edits {
+		tail = append(tail, body[e.at+e.n:end], e.raw)
+		end = e.at
+	}
+	out = append(out, body[:end]...)
+	for i := len(tail) - 1; i >= 0; i-- {
+		out = append(out, tail[i]...)
+	}
+	return out
+}
+
+// first is where a key inserted first in the object body goes: after its
+// '{', with the comma it then needs.
+func first(body []byte, key string, raw []byte) edit {
+	open := skipWS(body, 0) + 1 // readKeys made sure it is '{'
+	q, _ := json.Marshal(key)
+	v := append(append(q, ':'), raw...)
+	if i := skipWS(body, open); i < len(body) && body[i] != '}' {
+		v = append(v, ',')
+	}
+	return edit{at: open, raw: v}
+}
+
+// setModel is the edit that sets the body's "model" to name (an alias, or
+// the default model, becomes the name the head serves): the value's bytes
+// replaced, or the key added first.
+func setModel(body []byte, k reqKeys, name string) edit {
+	q, _ := json.Marshal(name)
+	if k.modelAt >= 0 {
+		return edit{at: k.modelAt, n: len(k.model), raw: q}
+	}
+	return first(body, "model", q)
+}
+
+// askUsage is the edit that sets stream_options.include_usage in a
+// stream's body: the head then ends the stream with the answer's usage,
+// the only exact count of its tokens (the front door drops that chunk for
+// a client that did not ask for it). A stream_options that is not an
+// object (null: llama.cpp reads it as absent) is replaced.
+func askUsage(body []byte, k reqKeys) edit {
+	if k.streamOptionsAt < 0 {
+		return first(body, "stream_options", []byte(`{"include_usage":true}`))
 	}
 	var opts map[string]json.RawMessage
 	if json.Unmarshal(k.streamOptions, &opts) != nil || opts == nil {
-		return body // not an object: the head's to refuse
+		opts = map[string]json.RawMessage{}
 	}
 	opts["include_usage"] = json.RawMessage("true")
 	raw, _ := json.Marshal(opts)
-	return replaceAt(body, k.streamOptionsAt, len(k.streamOptions), raw)
-}
-
-// insertKey returns the object body with key: raw added first.
-func insertKey(body []byte, key string, raw []byte) []byte {
-	open := skipWS(body, 0) + 1 // readKeys made sure it is '{'
-	q, _ := json.Marshal(key)
-	out := make([]byte, 0, len(body)+len(q)+len(raw)+2)
-	out = append(out, body[:open]...)
-	out = append(append(append(out, q...), ':'), raw...)
-	if i := skipWS(body, open); i < len(body) && body[i] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, body[open:]...)
-}
-
-// replaceAt returns body with the n bytes at offset at replaced by raw.
-func replaceAt(body []byte, at, n int, raw []byte) []byte {
-	out := make([]byte, 0, len(body)-n+len(raw))
-	out = append(out, body[:at]...)
-	out = append(out, raw...)
-	return append(out, body[at+n:]...)
-}
-
-// setModel returns the body with its "model" set to name (an alias, or
-// the default model, becomes the name the head serves): the value's bytes
-// are replaced, or the key added first; nothing else of the body changes.
-func setModel(body []byte, k reqKeys, name string) []byte {
-	q, _ := json.Marshal(name)
-	if k.modelAt >= 0 {
-		return replaceAt(body, k.modelAt, len(k.model), q)
-	}
-	return insertKey(body, "model", q)
+	return edit{at: k.streamOptionsAt, n: len(k.streamOptions), raw: raw}
 }

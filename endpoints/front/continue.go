@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"time"
@@ -45,9 +46,10 @@ import (
 type streamKind int
 
 const (
-	streamNone streamKind = iota // not a stream the front door continues
+	streamNone streamKind = iota // not a stream the front door reads
 	streamChat                   // OpenAI chat chunks, ending in [DONE]
 	streamRaw                    // llama-server's /completion events, ending with "stop": true
+	streamText                   // OpenAI completion chunks (choices[].text): read, not continued
 )
 
 // kindOf is the stream shape of a request path.
@@ -57,16 +59,22 @@ func kindOf(path string) streamKind {
 		return streamChat
 	case "/completion":
 		return streamRaw
+	case "/v1/completions", "/completions":
+		return streamText
 	}
 	return streamNone
 }
+
+// counted reports whether the front door asks this kind's head for its
+// usage chunk (stream_options.include_usage: OpenAI's shapes).
+func (k streamKind) counted() bool { return k == streamChat || k == streamText }
 
 // refusedBecause says why a request's stream will not be continued, from
 // its body's keys alone; "" when it may be. What does not constrain the
 // answer does not refuse it: "grammar": "", "response_format": {"type":
 // "text"}, "logprobs": false.
 func refusedBecause(kind streamKind, k reqKeys) string {
-	if kind == streamNone {
+	if kind != streamChat && kind != streamRaw {
 		return "only /v1/chat/completions and /completion streams are continued"
 	}
 	num := func(raw []byte) float64 { f, _ := numberValue(raw); return f }
@@ -147,11 +155,13 @@ type splicer struct {
 
 // newSplicer wraps the first head's streamed answer.
 func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
-	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: bufio.NewReaderSize(body, 16<<10)}
+	rd := eventReaders.Get().(*bufio.Reader)
+	rd.Reset(body)
+	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: rd}
 	if why := refusedBecause(c.kind, c.keys); why != "" {
 		sp.refuse = why
 	} else if c.backup {
-		sp.refuse = "a backup model's answer is not continued"
+		sp.refuse = "it was answered by a backup model"
 	} else if !s.tierCfg(c.tier).Continue {
 		sp.refuse = "continuation is off for tier " + c.tier
 	}
@@ -196,6 +206,7 @@ func (sp *splicer) Read(p []byte) (int, error) {
 // head, so that taking it does not wait.
 func (sp *splicer) eventBuffered() bool {
 	b, _ := sp.rd.Peek(sp.rd.Buffered())
+	b = bytes.TrimLeft(b, "\r\n") // blank lines between events are no event
 	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
 }
 
@@ -281,7 +292,7 @@ func (sp *splicer) streamEnded(err error) {
 	sp.cutAt = sp.s.now()
 	sp.s.metrics.upErrors.WithLabelValues(sp.c.tier, "mid_answer").Inc()
 	if h := sp.current(); h != nil {
-		h.failedUntil.Store(sp.s.now().Add(sp.s.cfg.Load().FailTimeout).UnixNano())
+		sp.s.markFailing(h)
 	}
 	why := fmt.Sprintf("its head stopped before the answer's end (%v)", err)
 	sp.continueOrFail(why)
@@ -376,11 +387,15 @@ func (sp *splicer) start(h *head, why string) bool {
 		sp.fail(resultRefused, why+"; not continued: "+err.Error())
 		return false
 	}
-	req, _ := http.NewRequestWithContext(sp.ctx, http.MethodPost, "http://"+h.addr+sp.c.path, bytes.NewReader(body))
+	// A held continuation lets the next held request go once written, not
+	// once answered (a head sends a stream's header only after the
+	// prompt, which holds the whole answer so far).
+	ctx := httptrace.WithClientTrace(sp.ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sp.c.written() }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.addr+sp.c.path, bytes.NewReader(body))
 	req.Header = headerForHead(sp.c.header)
 	req.ContentLength = int64(len(body))
 	resp, err := sp.s.opts.Transport.RoundTrip(req)
-	sp.c.written() // a held continuation: the next held request may go
+	sp.c.written() // and when it could not be written
 	if err == nil && (resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")) {
 		resp.Body.Close()
 		err = fmt.Errorf("head answered %s", resp.Status)
@@ -391,14 +406,19 @@ func (sp *splicer) start(h *head, why string) bool {
 			sp.c.gone, sp.end = true, true
 			return false
 		}
-		h.failedUntil.Store(sp.s.now().Add(sp.s.cfg.Load().FailTimeout).UnixNano())
+		sp.s.markFailing(h)
 		sp.s.log.Debug("continuation refused by a head", "tier", sp.c.tier, "head", h.addr, "error", err)
 		return false
 	}
 	sp.c.continued++
 	sp.heads = append(sp.heads, h.addr)
 	sp.releaseHead()
-	sp.head, sp.cur, sp.rd = h, resp.Body, bufio.NewReaderSize(resp.Body, 16<<10)
+	if !sp.c.headReleased && sp.c.head != nil { // the attempt's own head is left: its slot is free
+		sp.c.headReleased = true
+		sp.s.release(sp.c.head)
+	}
+	sp.head, sp.cur = h, resp.Body
+	sp.rd.Reset(resp.Body)
 	sp.spliced, sp.beforeSplit, sp.echo = true, sp.tokens, string(sp.content)
 	sp.lastToken = time.Time{} // the pause is llm_front_continuation_pause_seconds', not a token's
 	fmt.Fprintf(&sp.out, ": slurm-llm: continued on %s %s (%s)\n\n", sp.c.tier, h.addr, oneLine(why))
@@ -565,12 +585,24 @@ func (sp *splicer) Close() error {
 		if !sp.end && !sp.finished {
 			sp.c.gone = true // closed before its end: the client left
 		}
+		if !sp.c.counted && sp.tokens > 0 {
+			// The head gave no usage: the tokens the client got, counted by
+			// their chunks (a prompt unknown).
+			sp.c.completion, sp.c.counted = sp.tokens, true
+		}
 		sp.closeCur()
 		sp.releaseHead()
 		sp.c.heads = sp.heads
+		sp.rd.Reset(nil)
+		eventReaders.Put(sp.rd)
+		sp.rd = nil
 	})
 	return nil
 }
+
+// eventReaders lend splicers their readers of a head's events (16 KiB
+// each) instead of allocating one per stream.
+var eventReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
 
 func (sp *splicer) closeCur() {
 	if sp.cur != nil {
@@ -655,6 +687,8 @@ func scanChat(data []byte) (ci chunkInfo, ok bool) {
 							}
 							return true
 						})
+					case keyIs(key, "text") && first: // a completion's chunk
+						ci.content = val
 					case keyIs(key, "finish_reason") && !isNull(val):
 						if !ci.finish {
 							ci.finishReason = val
@@ -709,11 +743,8 @@ func (sp *splicer) takeChat(ev, data []byte) {
 			}
 			sp.note(ci.content, ci.reasoning, ci.toolCall, ci.finish)
 			sp.noteFinish(ci.finishReason)
-			if ci.usage != nil {
-				sp.c.takeUsage(ci.usage)
-				if ci.usageOnly && sp.c.usageAsked {
-					return // asked by the front door, not by the client
-				}
+			if ci.usage != nil && !sp.takeUsage(ci.usage, ci.usageOnly) {
+				return
 			}
 		}
 		sp.out.Write(ev)
@@ -730,6 +761,14 @@ func (sp *splicer) takeChat(ev, data []byte) {
 		return
 	}
 	sp.spliceChat(obj)
+}
+
+// takeUsage records an answer's usage; it reports whether the chunk that
+// holds it goes to the client: not a chunk of usage alone (no choices)
+// that the front door asked for and the client did not.
+func (sp *splicer) takeUsage(raw []byte, alone bool) bool {
+	sp.c.takeUsage(raw)
+	return !alone || !sp.c.usageAsked
 }
 
 // noteFinish records a chunk's finish reason.
@@ -781,9 +820,8 @@ func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 	sp.restamp(obj)
 	if u, ok := obj["usage"]; ok && !isNull(u) {
 		obj["usage"] = sp.usage(u)
-		sp.c.takeUsage(obj["usage"])
-		if len(raw) == 0 && sp.c.usageAsked {
-			return // asked by the front door, not by the client
+		if !sp.takeUsage(obj["usage"], len(raw) == 0) {
+			return
 		}
 	}
 	sp.emit(obj)

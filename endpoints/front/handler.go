@@ -69,6 +69,15 @@ type call struct {
 	// connection; staleRetried once such a connection failed before the
 	// answer and the request went again.
 	reused, staleRetried bool
+	// holdAsked: the client set its hold (X-LLM-Hold), which then bounds
+	// any wait in the front door, a busy tier's too.
+	holdAsked bool
+	// origin is the client's browser origin when cors_origins allows it
+	// (its answers are marked for it).
+	origin string
+	// headReleased is set once the splicer gave back the head of the
+	// current attempt (the stream went on elsewhere).
+	headReleased bool
 	// header is the client's request header (for continuations).
 	header http.Header
 	// dispatched is when the current attempt was handed to the transport.
@@ -131,7 +140,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.finish(c)
 	pinned, path := s.prefixed(r.URL.Path)
 	c.path = path
-	s.cors(w, r)
+	s.cors(w, r, c)
 	switch {
 	case r.Method == http.MethodOptions:
 		s.options(w, r, c)
@@ -163,22 +172,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.prepare(w, r, c, pinned) {
 		return
 	}
+	if c.path != r.URL.Path {
+		r = withPath(r, c.path) // the head serves the path without the tier's prefix
+	}
 	s.serve(w, r, c)
+}
+
+// withPath is r sent to path (a shallow copy, as r.WithContext makes).
+func withPath(r *http.Request, path string) *http.Request {
+	out := new(http.Request)
+	*out = *r
+	u := *r.URL
+	u.Path, u.RawPath = path, ""
+	out.URL = &u
+	return out
 }
 
 // prefixed splits a path under a tier's prefix ("/reasoning/v1/models")
 // into the tier and the path its heads serve ("/v1/models"); other paths
 // come back as they are, with no tier.
+// The longest prefix that matches wins ("/qwen/coder" over "/qwen").
 func (s *Server) prefixed(path string) (tier, rest string) {
-	if len(path) < 2 {
-		return "", path
-	}
+	rest = path
+	best := 0
 	for name, ft := range s.cfg.Load().Tiers {
-		if ft.Prefix != "" && strings.HasPrefix(path, ft.Prefix) && len(path) > len(ft.Prefix) && path[len(ft.Prefix)] == '/' {
-			return name, path[len(ft.Prefix):]
+		p := ft.Prefix
+		if p != "" && len(p) > best && strings.HasPrefix(path, p) && len(path) > len(p) && path[len(p)] == '/' {
+			tier, rest, best = name, path[len(p):], len(p)
 		}
 	}
-	return "", path
+	return tier, rest
 }
 
 // prepare reads and checks the request: its body (bounded in size and
@@ -208,16 +231,24 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if !ok {
 		return false
 	}
-	if name != asked && (pinned == "" || asked == "") {
-		c.body = setModel(c.body, keys, name)
-		if keys, err = readKeys(c.body); err != nil { // offsets moved
-			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
-			return false
-		}
+	kind := streamNone
+	if keys.stream {
+		kind = kindOf(c.path)
 	}
-	if kindOf(c.path) == streamChat && keys.stream && !keys.usageAsked() {
-		c.body, c.usageAsked = askUsage(c.body, keys), true
-		if keys, err = readKeys(c.body); err != nil {
+	var edits []edit
+	// The model the head serves: an alias's, the default, or under a
+	// prefix the tier's for a name no tier serves is left as the client
+	// wrote it (the tier's own llama-server answered any name).
+	if _, alias := cfg.Aliases[asked]; name != asked && (pinned == "" || asked == "" || alias) {
+		edits = append(edits, setModel(c.body, keys, name))
+	}
+	if kind.counted() && !keys.usageAsked() {
+		edits = append(edits, askUsage(c.body, keys))
+		c.usageAsked = true
+	}
+	if len(edits) > 0 {
+		c.body = apply(c.body, edits...)
+		if keys, err = readKeys(c.body); err != nil { // offsets moved
 			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 			return false
 		}
@@ -231,11 +262,8 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if !s.admit(w, c) {
 		return false
 	}
-	c.deadline = c.start.Add(hold)
-	c.ctx = r.Context()
-	if c.stream {
-		c.kind = kindOf(c.path)
-	}
+	c.deadline, c.holdAsked = c.start.Add(hold), r.Header.Get(HoldHeader) != ""
+	c.ctx, c.kind = r.Context(), kind
 	return true
 }
 
@@ -317,8 +345,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, c *call, cfg *
 	buf := []byte{}
 	for {
 		if len(buf) == cap(buf) {
-			grow := min(max(2*int64(cap(buf)), 64<<10), cfg.MaxBodyBytes+1)
-			if s.reserve(c, grow, cfg) != nil {
+			grow := min(max(2*int64(cap(buf)), 64<<10), cfg.MaxBodyBytes+1) // one byte more tells a body too large
+			if s.reserve(c, min(grow, cfg.MaxBodyBytes), cfg) != nil {
 				return busy()
 			}
 			buf = append(make([]byte, 0, grow), buf...)
@@ -434,12 +462,17 @@ func (s *Server) finish(c *call) {
 
 // cors marks the answer to a browser whose origin is allowed
 // (cors_origins); nothing for any other.
-func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
+func (s *Server) cors(w http.ResponseWriter, r *http.Request, c *call) {
 	origin := r.Header.Get("Origin")
 	if origin == "" || !s.originAllowed(origin) {
 		return
 	}
-	h := w.Header()
+	c.origin = origin
+	markCORS(w.Header(), origin)
+}
+
+// markCORS marks an answer's header for an allowed browser origin.
+func markCORS(h http.Header, origin string) {
 	h.Set("Access-Control-Allow-Origin", origin)
 	h.Add("Vary", "Origin")
 	h.Set("Access-Control-Expose-Headers", TierHeader+", Retry-After")

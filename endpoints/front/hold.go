@@ -38,6 +38,19 @@ type waiter struct {
 	user    string
 	weight  float64
 	arrival time.Time
+	// longest is how long it may wait while every head of its model is
+	// busy (hold_max from its arrival, or its own X-LLM-Hold): a busy
+	// tier is not an outage, and its hold is not the bound.
+	longest time.Time
+}
+
+// until is w's deadline now: its hold, or longest while its model's heads
+// are all busy.
+func (s *Server) until(t *table, tier string, w *waiter) time.Time {
+	if w.longest.After(w.deadline) && s.full(t, tier, w.model) {
+		return w.longest
+	}
+	return w.deadline
 }
 
 // grant is the dispatcher's answer to a waiter: a head (acquired: its
@@ -48,6 +61,23 @@ type grant struct {
 	// after is closed when the request granted before this one was
 	// written; written is this one's, to close once it is.
 	after, written chan struct{}
+}
+
+// pass lets the request granted after this one go, once the one before it
+// went, when this one will not be written (its client left, or it got a
+// refusal): arrival order holds for the others.
+func (g grant) pass() {
+	if g.written == nil {
+		return
+	}
+	if g.after == nil {
+		close(g.written)
+		return
+	}
+	go func() {
+		<-g.after
+		close(g.written)
+	}()
 }
 
 // refusal is why a request gets the front door's own 503.
@@ -70,29 +100,28 @@ func (s *Server) queueOf(tier string) *queue {
 // acquire finds a head of c's tier serving c's model, holding the request
 // until one is routed and has a free slot, its deadline, or the client
 // leaves (ctx). It returns the head (acquired) or a refusal; both nil
-// means the client left. A request that waits only because every head of
-// its model is full (busy) waits in the front door, in fair-share order,
-// until hold_max; when max_held already wait, it goes to the least loaded
-// head, whose own queue takes it (as before the front door queued).
+// means the client left. A request for a model nobody waits for before it
+// takes a free head at once; the others wait in the front door, in
+// fair-share order: through an outage within their hold, for a busy
+// model's heads up to hold_max (or the client's own X-LLM-Hold). Past
+// max_held, a 503 busy.
 func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	q := s.queueOf(c.tier)
 	q.mu.Lock()
 	t := s.tab.Load()
-	busy := false
-	if len(q.waiters) == 0 {
-		var h *head
-		if h, busy = s.pick(t, c.tier, c.model); h != nil {
+	if !q.waitsFor(c.model) {
+		if h, _ := s.pick(t, c.tier, c.model); h != nil {
 			q.mu.Unlock()
 			return h, nil
 		}
-	} else {
-		busy = s.full(t, c.tier, c.model)
 	}
-	deadline := c.deadline
-	if busy {
-		deadline = maxTime(deadline, s.now().Add(s.cfg.Load().HoldMax))
+	w := &waiter{model: c.model, deadline: c.deadline, longest: c.deadline, size: c.size, ch: make(chan grant, 1),
+		user: c.id.User, weight: s.weight(c), arrival: c.start}
+	if !c.holdAsked {
+		w.longest = maxTime(c.deadline, c.start.Add(s.cfg.Load().HoldMax))
 	}
-	v := s.verdict(c.tier, deadline)
+	busy := s.full(t, c.tier, c.model)
+	v := s.verdict(c.tier, s.until(t, c.tier, w))
 	if !v.Hold {
 		q.mu.Unlock()
 		return nil, &refusal{view: s.view(c.tier), why: v.Why}
@@ -101,19 +130,12 @@ func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	if len(q.waiters) >= ft.MaxHeld || q.bytes+c.size > ft.MaxHeldBytes {
 		n := len(q.waiters)
 		q.mu.Unlock()
-		if busy {
-			if h := s.pickAny(t, c.tier, c.model); h != nil {
-				return h, nil
-			}
-		}
 		return nil, &refusal{view: s.view(c.tier), busy: true,
 			why: fmt.Sprintf("no hold: %d requests already wait for tier %s (max_held %d, max_held_bytes %d)", n, c.tier, ft.MaxHeld, ft.MaxHeldBytes)}
 	}
 	if busy {
 		c.why = "queued: every head of its model was busy"
 	}
-	w := &waiter{model: c.model, deadline: deadline, size: c.size, ch: make(chan grant, 1),
-		user: c.id.User, weight: s.weight(c), arrival: c.start}
 	q.waiters = append(q.waiters, w)
 	q.waiting.Store(int64(len(q.waiters)))
 	q.bytes += w.size
@@ -121,6 +143,17 @@ func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	s.dispatchLocked(q) // earlier waiters may be for models no head serves
 	q.mu.Unlock()
 	return s.wait(ctx, q, w, c)
+}
+
+// waitsFor reports whether a request for model waits in q (a newcomer
+// for it goes behind). q.mu is held.
+func (q *queue) waitsFor(model string) bool {
+	for _, w := range q.waiters {
+		if w.model == model {
+			return true
+		}
+	}
+	return false
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -142,15 +175,13 @@ func closedChan() chan struct{} {
 func (s *Server) wait(ctx context.Context, q *queue, w *waiter, c *call) (*head, *refusal) {
 	h, ref, g := s.await(ctx, q, w, c)
 	if h == nil {
-		if g.written != nil {
-			close(g.written)
-		}
+		g.pass()
 		return nil, ref
 	}
 	select {
 	case <-g.after:
 	case <-ctx.Done():
-		close(g.written)
+		g.pass()
 		s.release(h)
 		return nil, nil
 	}
@@ -165,21 +196,29 @@ func (s *Server) await(ctx context.Context, q *queue, w *waiter, c *call) (*head
 	timer := time.NewTimer(w.deadline.Sub(start))
 	defer timer.Stop()
 	var g grant
-	select {
-	case g = <-w.ch:
-	case <-timer.C:
-		if s.leave(q, w) {
-			g = grant{refusal: &refusal{view: s.view(c.tier), why: "held until the request's hold ended"}}
-		} else {
-			g = <-w.ch // granted meanwhile
-		}
-	case <-ctx.Done():
-		if !s.leave(q, w) {
-			if g = <-w.ch; g.head != nil {
-				s.release(g.head)
+	for waiting := true; waiting; {
+		waiting = false
+		select {
+		case g = <-w.ch:
+		case <-timer.C:
+			if until := s.until(s.tab.Load(), c.tier, w); until.After(s.now()) {
+				timer.Reset(until.Sub(s.now())) // its model's heads are busy: the longer bound
+				waiting = true
+				continue
 			}
+			if s.leave(q, w) {
+				g = grant{refusal: &refusal{view: s.view(c.tier), why: "held until the request's hold ended"}}
+			} else {
+				g = <-w.ch // granted meanwhile
+			}
+		case <-ctx.Done():
+			if !s.leave(q, w) {
+				if g = <-w.ch; g.head != nil {
+					s.release(g.head)
+				}
+			}
+			g = grant{after: g.after, written: g.written}
 		}
-		g = grant{written: g.written}
 	}
 	c.held += s.now().Sub(start)
 	return g.head, g.refusal, g
@@ -224,7 +263,7 @@ func (s *Server) dispatchLocked(q *queue) {
 		if h, _ := s.pick(t, q.tier, w.model); h != nil {
 			g = grant{head: h, after: q.written, written: make(chan struct{})}
 			q.written = g.written
-		} else if v := s.verdict(q.tier, w.deadline); !v.Hold {
+		} else if v := s.verdict(q.tier, s.until(t, q.tier, w)); !v.Hold {
 			g.refusal = &refusal{view: s.view(q.tier), why: v.Why}
 		} else {
 			continue
@@ -267,44 +306,35 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 // none can take it now; busy then says that heads serve the model but
 // every one is full.
 func (s *Server) pick(t *table, tier, model string) (h *head, busy bool) {
-	h, full := s.choose(t, tier, model, true)
+	h, full := s.choose(t, tier, model, s.rr.Add(1))
 	if h != nil {
 		h.inFlight.Add(1)
 	}
 	return h, full
 }
 
-// pickAny is pick that ignores the heads' slots: the head's own queue
-// takes what the front door's cannot.
-func (s *Server) pickAny(t *table, tier, model string) *head {
-	h, _ := s.choose(t, tier, model, false)
-	if h != nil {
-		h.inFlight.Add(1)
-	}
-	return h
-}
-
 // full reports whether heads serve model and every one is full.
 func (s *Server) full(t *table, tier, model string) bool {
-	_, full := s.choose(t, tier, model, true)
+	_, full := s.choose(t, tier, model, 0)
 	return full
 }
 
-// choose is pick's choice, acquiring nothing.
-func (s *Server) choose(t *table, tier, model string, slots bool) (best *head, full bool) {
+// choose is pick's choice, acquiring nothing; ties go to the head first
+// from turn (round robin).
+func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, full bool) {
 	hs := t.heads[tier]
 	if len(hs) == 0 {
 		return nil, false
 	}
 	now := s.now()
-	start := int(s.rr.Add(1) % uint64(len(hs)))
+	start := int(turn % uint64(len(hs)))
 	bestFailed := false
 	for i := range hs {
 		h := hs[(start+i)%len(hs)]
 		if !h.serves(model) || h.failing(now) {
 			continue
 		}
-		if slots && h.busy() {
+		if h.busy() {
 			full = true
 			continue
 		}

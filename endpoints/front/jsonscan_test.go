@@ -32,7 +32,7 @@ func FuzzReadKeys(f *testing.F) {
 		if want := compact(obj["stream"]) == "true"; k.stream != want {
 			t.Fatalf("readKeys(%q) stream %v, want %v", body, k.stream, want)
 		}
-		out := setModel(body, k, "m-é")
+		out := apply(body, setModel(body, k, "m-é"))
 		var back map[string]json.RawMessage
 		if err := json.Unmarshal(out, &back); err != nil || compact(back["model"]) != `"m-é"` {
 			t.Fatalf("setModel(%q) = %q (%v)", body, out, err)

@@ -61,7 +61,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, c *call) {
 			s.log.Debug("kept-alive connection to a head was closed; trying again", "tier", c.tier, "head", h.addr, "error", c.failure)
 			continue
 		}
-		h.failedUntil.Store(s.now().Add(s.cfg.Load().FailTimeout).UnixNano())
+		s.markFailing(h)
 		if errors.Is(c.failure, errHeadUnavailable) {
 			reason = "head_503"
 		}
@@ -76,8 +76,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, c *call) {
 // before any byte reached the client, and the request may go elsewhere.
 func (s *Server) attempt(w http.ResponseWriter, r *http.Request, c *call, h *head) bool {
 	c.attempts++
-	c.head, c.failure, c.sent = h, nil, false
-	defer s.release(h)
+	c.head, c.failure, c.sent, c.headReleased = h, nil, false, false
+	defer func() {
+		if !c.headReleased {
+			s.release(h)
+		}
+	}()
 	defer c.written()
 	cw := &clientWriter{ResponseWriter: w, c: c, rc: http.NewResponseController(w), timeout: s.cfg.Load().WriteTimeout, now: s.now}
 	out := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
@@ -160,11 +164,14 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 				return errHeadUnavailable
 			}
 			resp.Header.Set(TierHeader, c.head.tier)
+			if c.origin != "" {
+				markCORS(resp.Header, c.origin) // a head's 1xx cleared what ServeHTTP set
+			}
 			switch {
 			case resp.StatusCode >= http.StatusBadRequest:
 				c.finish = finishError
 			case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
-				if c.kind != streamNone && resp.StatusCode == http.StatusOK {
+				if resp.StatusCode == http.StatusOK {
 					resp.Body = s.newSplicer(c, resp.Body)
 				}
 			default:
@@ -176,6 +183,11 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			callOf(r.Context()).failure = err
 		},
 	}
+}
+
+// markFailing skips h for fail_timeout: it failed a request.
+func (s *Server) markFailing(h *head) {
+	h.failedUntil.Store(s.now().Add(s.cfg.Load().FailTimeout).UnixNano())
 }
 
 // bufferPool lends the proxy its copy buffers (32 KiB each) instead of
@@ -273,7 +285,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) bool {
 	if h == nil {
 		return false
 	}
-	body := setModel(c.body, c.keys, name)
+	body := apply(c.body, setModel(c.body, c.keys, name))
 	own := c.body
 	c.body, c.backup = body, true
 	if s.attempt(w, r, c, h) {

@@ -232,18 +232,9 @@ func (s *Server) remakeCatalog() {
 	cat := map[string]string{}
 	for _, tier := range slices.Sorted(maps.Keys(t.heads)) {
 		for _, h := range t.heads[tier] {
-			if d := h.declared.Load(); d != nil {
-				for _, m := range *d {
-					if _, ok := cat[m]; !ok {
-						cat[m] = tier
-					}
-				}
-			}
-			if hm := h.models.Load(); hm != nil {
-				for m := range hm.byID {
-					if _, ok := cat[m]; !ok {
-						cat[m] = tier
-					}
+			for _, m := range h.modelNames(nil) {
+				if _, ok := cat[m]; !ok {
+					cat[m] = tier
 				}
 			}
 		}
@@ -320,12 +311,7 @@ func (s *Server) knownModels() []string {
 	cfg := s.cfg.Load()
 	var out []string
 	for _, h := range s.tab.Load().allHeads() {
-		if d := h.declared.Load(); d != nil {
-			out = append(out, *d...)
-		}
-		if hm := h.models.Load(); hm != nil {
-			out = append(out, slices.Collect(maps.Keys(hm.byID))...)
-		}
+		out = h.modelNames(out)
 	}
 	for _, ft := range cfg.Tiers {
 		out = append(out, ft.Models...)
@@ -342,12 +328,7 @@ func (s *Server) tierModels(tier string) []string {
 	t := s.tab.Load()
 	var out []string
 	for _, h := range t.heads[tier] {
-		if d := h.declared.Load(); d != nil {
-			out = append(out, *d...)
-		}
-		if hm := h.models.Load(); hm != nil {
-			out = append(out, slices.Collect(maps.Keys(hm.byID))...)
-		}
+		out = h.modelNames(out)
 	}
 	out = append(out, s.tierCfg(tier).Models...)
 	out = append(out, t.fileModels[tier]...)

@@ -63,13 +63,7 @@ func (s *Server) Status() Status {
 		ts := TierStatus{Tier: tier, View: t.views[tier], Draining: t.draining[tier], Heads: []HeadStatus{}}
 		for _, h := range t.heads[tier] {
 			hs := HeadStatus{Addr: h.addr, File: h.file, Job: h.job, Node: h.node, InFlight: h.inFlight.Load(),
-				Failing: h.failing(now)}
-			if d := h.declared.Load(); d != nil {
-				hs.Models = append(hs.Models, *d...)
-			}
-			if hm := h.models.Load(); hm != nil {
-				hs.Models = append(hs.Models, slices.Collect(maps.Keys(hm.byID))...)
-			}
+				Failing: h.failing(now), Models: h.modelNames(nil)}
 			slices.Sort(hs.Models)
 			hs.Models = slices.Compact(hs.Models)
 			ts.Heads = append(ts.Heads, hs)

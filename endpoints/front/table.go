@@ -55,6 +55,20 @@ func (h *head) serves(model string) bool {
 	return false
 }
 
+// modelNames appends to out the model names h serves: its file's and its
+// last /v1/models answer's (a name may come twice).
+func (h *head) modelNames(out []string) []string {
+	if d := h.declared.Load(); d != nil {
+		out = append(out, *d...)
+	}
+	if hm := h.models.Load(); hm != nil {
+		for m := range hm.byID {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // failedModel reports whether the head's router says model failed to load.
 func (h *head) failedModel(model string) bool {
 	m := h.models.Load()

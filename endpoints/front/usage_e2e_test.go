@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +48,14 @@ import (
 // its total the heads' exactly. K is read by the client: the tokens before
 // the continuation's comment line (the last one's, for an answer cut
 // twice: its last head's prompt holds everything sent before).
+//
+// A streamed answer no head reported usage for (cut and not continued)
+// counts, as the front door counts it, the completion tokens its client
+// got, which the client reads to the answer's end. A client that leaves
+// mid-stream cannot see how many tokens the front door passed on before
+// it noticed: a third user, carol, sends only such a stream, and her
+// completion tokens must lie between what she read and what the head
+// sent.
 
 // headLog is a recording reverse proxy in front of one head.
 type headLog struct {
@@ -57,6 +67,10 @@ type headLog struct {
 	// for it.
 	silent []string
 	open   map[string]string // request id → user, answers under way
+	// reportedIDs are the requests some answer of this head reported
+	// usage for; sent counts the tokens this head sent per request.
+	reportedIDs map[string]bool
+	sent        map[string]int
 }
 
 // reported is what one head reported for one user.
@@ -65,7 +79,7 @@ type reported struct{ prompt, completion, answers int }
 func newHeadLog(t *testing.T, headPort int) *headLog {
 	t.Helper()
 	target, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", headPort))
-	l := &headLog{sums: map[string]*reported{}, open: map[string]string{}}
+	l := &headLog{sums: map[string]*reported{}, open: map[string]string{}, reportedIDs: map[string]bool{}, sent: map[string]int{}}
 	rp := &httputil.ReverseProxy{
 		// The body is read whole first (as the front door does), not
 		// streamed to the head: Go's server discards what is left of a
@@ -108,6 +122,7 @@ func (l *headLog) watch(id, user string, resp *http.Response) io.ReadCloser {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		delete(l.open, id)
+		l.sent[id] += bytes.Count(body, []byte(`"content":"tok`))
 		if !whole || resp.StatusCode != http.StatusOK {
 			return
 		}
@@ -122,6 +137,7 @@ func (l *headLog) watch(id, user string, resp *http.Response) io.ReadCloser {
 			l.sums[user] = s
 		}
 		s.prompt, s.completion, s.answers = s.prompt+p, s.completion+c, s.answers+1
+		l.reportedIDs[id] = true
 	}}
 }
 
@@ -151,7 +167,7 @@ func (b *teeBody) Read(p []byte) (int, error) {
 }
 
 func (b *teeBody) Close() error {
-	b.once.Do(func() { b.done(nil, false) })
+	b.once.Do(func() { b.done(b.buf.Bytes(), false) })
 	return b.ReadCloser.Close()
 }
 
@@ -198,13 +214,20 @@ type loadUser struct {
 	url, name, key string
 	mu             sync.Mutex
 	sent           int
-	// carried sums, over the answers continued on another head, the
-	// tokens received before the last cut (the front door counts those
-	// as completion); continued counts those answers, refused the cut
-	// answers that ended with the front door's error.
-	carried, continued, refused int
-	// notes say, per continued answer, its id and the tokens it carried.
-	notes []string
+	// answers are what the client saw of each answer, by request id.
+	answers map[string]seen
+}
+
+// seen is what a client saw of one answer: whether it was streamed, its
+// tokens, the tokens before its last continuation's comment (-1: not
+// continued; the front door counts those as completion), whether it
+// ended with the front door's "not continued" error, and whether the
+// client left before its end.
+type seen struct {
+	stream          bool
+	tokens, carried int
+	refused, left   bool
+	comment         string
 }
 
 // send posts body to path as u (hdr: more headers, name and value) and
@@ -238,43 +261,63 @@ func (u *loadUser) send(t *testing.T, path, body string, leave bool, reached fun
 		return 0
 	}
 	defer resp.Body.Close()
-	tokens, carried, comment := 0, -1, ""
+	a := seen{stream: strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"), carried: -1}
+	defer func() {
+		u.mu.Lock()
+		u.answers[id] = a
+		u.mu.Unlock()
+	}()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case !a.stream:
 		case strings.Contains(line, `"content":"tok`):
-			tokens++
+			a.tokens++
 		case strings.HasPrefix(line, ": slurm-llm: continued"):
-			carried, comment = tokens, line
+			a.carried, a.comment = a.tokens, line
 		case strings.Contains(line, "not continued"):
-			u.mu.Lock()
-			u.refused++
-			u.mu.Unlock()
+			a.refused = true
 		}
-		if tokens == 3 {
+		if a.tokens == 3 {
 			reach()
 			if leave {
+				a.left = true
 				return resp.StatusCode
 			}
 		}
 	}
-	if carried >= 0 {
-		u.mu.Lock()
-		u.carried, u.continued = u.carried+carried, u.continued+1
-		u.notes = append(u.notes, fmt.Sprintf("%s carried %d of %d tokens (%s)", id, carried, tokens, comment))
-		u.mu.Unlock()
-	}
 	return resp.StatusCode
+}
+
+// expected is what u's row in usage must say given what the heads
+// reported (reported: by request id, any head) and what u's client saw:
+// the heads' prompt and completion tokens, a continued answer's carried
+// tokens moved from prompt to completion, and a stream no head reported
+// usage for counted by the tokens its client got; notes name the
+// continued and the unreported answers.
+func (u *loadUser) expected(heads reported, reportedIDs map[string]bool) (prompt, completion int, notes []string) {
+	prompt, completion = heads.prompt, heads.completion
+	for _, id := range slices.Sorted(maps.Keys(u.answers)) {
+		a := u.answers[id]
+		switch {
+		case reportedIDs[id] && a.carried >= 0:
+			prompt, completion = prompt-a.carried, completion+a.carried
+			notes = append(notes, fmt.Sprintf("%s carried %d of %d tokens (%s)", id, a.carried, a.tokens, a.comment))
+		case !reportedIDs[id] && a.stream && a.tokens > 0:
+			completion += a.tokens
+			notes = append(notes, fmt.Sprintf("%s: no usage from its heads, %d tokens to the client (not continued: %v)", id, a.tokens, a.refused))
+		}
+	}
+	return prompt, completion, notes
 }
 
 // mixed is one user's load before the cut: streams (with usage asked,
 // without, with stream_options null or include_usage false), whole
 // answers, /completion both ways, the heads' own 400s (two assistant
 // messages at the end), the front door's 400 (not JSON) and 404 (no such
-// model), a client that leaves mid-stream, and a stream for the reasoning
-// tier (no head; X-LLM-Hold: 0) that its backup model answers. It returns
-// how many got each status.
+// model), and a stream for the reasoning tier (no head; X-LLM-Hold: 0)
+// that its backup model answers. It returns how many got each status.
 func (u *loadUser) mixed(t *testing.T) map[int]int {
 	chat := func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"tiny","stream":%v,"max_tokens":6%s,"messages":[{"role":"user","content":"count for %s"}]}`, stream, extra, u.name)
@@ -301,7 +344,6 @@ func (u *loadUser) mixed(t *testing.T) map[int]int {
 		{"/v1/chat/completions", `{"model":"tiny","stream":true` + twoAssistants, false, nil},
 		{"/v1/chat/completions", `not json`, false, nil},
 		{"/v1/chat/completions", `{"model":"nope","messages":[]}`, false, nil},
-		{"/v1/chat/completions", fmt.Sprintf(`{"model":"tiny","stream":true,"messages":[{"role":"user","content":"long for %s"}]}`, u.name), true, nil},
 		{"/v1/chat/completions", `{"model":"OR1-Behemoth","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"backup"}]}`, false, []string{"X-LLM-Hold", "0"}},
 	}
 	codes := map[int]int{}
@@ -325,14 +367,16 @@ func (u *loadUser) long() []string {
 
 // TestE2EFrontUsageIsExact: two users send a mixed load through the
 // front door over two fake heads (each behind a headLog; the reasoning
-// tier has none and names the fast model its backup), then long
-// streams of which those on one head are cut by killing that head with
-// SIGKILL mid-stream: the front door continues them on the other head
-// (the one asking for n=2 ends with its error). Then the front door is
-// stopped (its last usage batch written) and, per user,
-// `llm-upstreams usage --json` has every request sent, and tokens equal to
-// what the heads reported for that user's requests (the continued answers'
-// carried tokens counted as completion): 0 off. Every finished answer of
+// tier has none and names the fast model its backup), then long streams
+// of which those on one head are cut by killing that head with SIGKILL
+// mid-stream: the front door continues them on the other head (the one
+// asking for n=2 ends with its error); a third user leaves a stream after
+// 3 tokens. Then the front door is stopped (its last usage batch written)
+// and, per user, `llm-upstreams usage --json` has every request sent,
+// and tokens equal to what the heads reported for that user's requests
+// (the continued answers' carried tokens as completion, an answer no head
+// reported for by the tokens its client got): 0 off; the third user's
+// between what she read and what the head sent. Every finished answer of
 // a head reported usage (the front door asked each chat stream's head
 // for it).
 func TestE2EFrontUsageIsExact(t *testing.T) {
@@ -348,7 +392,7 @@ func TestE2EFrontUsageIsExact(t *testing.T) {
 		w.publish(fmt.Sprint(101+i), l.port(), "tiny")
 		heads = append(heads, headProc{log: l, kill: func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }})
 	}
-	keysFile, keys := w.staticKeys("alice", "bob")
+	keysFile, keys := w.staticKeys("alice", "bob", "carol")
 	fport := faketest.FreePort(t)
 	cfg := w.config("usage", fmt.Sprintf("127.0.0.1:%d", fport), fmt.Sprintf(`[front.auth]
 mode = "identify"
@@ -360,7 +404,9 @@ backup_model = "tiny"
 `, keysFile))
 	url := fmt.Sprintf("http://127.0.0.1:%d", fport)
 	door := w.front(cfg, url)
-	users := []*loadUser{{url: url, name: "alice", key: keys["alice"]}, {url: url, name: "bob", key: keys["bob"]}}
+	users := []*loadUser{{url: url, name: "alice", key: keys["alice"], answers: map[string]seen{}},
+		{url: url, name: "bob", key: keys["bob"], answers: map[string]seen{}}}
+	carol := &loadUser{url: url, name: "carol", key: keys["carol"], answers: map[string]seen{}}
 
 	var wg sync.WaitGroup
 	codes := make([]map[int]int, len(users))
@@ -368,9 +414,10 @@ backup_model = "tiny"
 		wg.Add(1)
 		go func() { defer wg.Done(); codes[i] = u.mixed(t) }()
 	}
+	carol.send(t, "/v1/chat/completions", `{"model":"tiny","stream":true,"messages":[{"role":"user","content":"long for carol"}]}`, true, nil)
 	wg.Wait()
 	for i, u := range users {
-		if d := cmp.Diff(map[int]int{200: 14, 400: 3, 404: 1}, codes[i]); d != "" {
+		if d := cmp.Diff(map[int]int{200: 13, 400: 3, 404: 1}, codes[i]); d != "" {
 			t.Errorf("%s's statuses before the cut (-want +got):\n%s", u.name, d)
 		}
 	}
@@ -400,6 +447,18 @@ backup_model = "tiny"
 	w.stop(door)
 
 	rows, rep := w.usage(cfg)
+	reportedIDs, sent := map[string]bool{}, map[string]int{}
+	for _, h := range heads {
+		h.log.mu.Lock()
+		for id := range h.log.reportedIDs {
+			reportedIDs[id] = true
+		}
+		for id, n := range h.log.sent {
+			sent[id] += n
+		}
+		h.log.mu.Unlock()
+	}
+	continued, refused := 0, 0
 	for _, u := range users {
 		var sum reported
 		for _, h := range heads {
@@ -409,20 +468,32 @@ backup_model = "tiny"
 			}
 			h.log.mu.Unlock()
 		}
-		r := rows[u.name]
-		t.Logf("%s: %d requests sent, %d in usage (%d errors); the heads reported %d prompt + %d completion tokens in %d answers; usage has %d + %d; %d answers continued carrying %d tokens (%s), %d cut and not continued",
-			u.name, u.sent, r.Requests, r.Errors, sum.prompt, sum.completion, sum.answers, r.PromptTokens, r.CompletionTokens, u.continued, u.carried,
-			strings.Join(u.notes, "; "), u.refused)
-		want := [3]int64{int64(u.sent), int64(sum.prompt - u.carried), int64(sum.completion + u.carried)}
-		if d := cmp.Diff(want, [3]int64{r.Requests, r.PromptTokens, r.CompletionTokens}); d != "" {
-			t.Errorf("%s: requests, prompt and completion tokens in usage (-want: sent, and the heads' report with the carried tokens as completion +got):\n%s", u.name, d)
+		for _, a := range u.answers {
+			if a.carried >= 0 {
+				continued++
+			}
+			if a.refused {
+				refused++
+			}
 		}
+		prompt, completion, notes := u.expected(sum, reportedIDs)
+		r := rows[u.name]
+		t.Logf("%s: %d requests sent, %d in usage (%d errors); the heads reported %d prompt + %d completion tokens in %d answers; usage has %d + %d; %s",
+			u.name, u.sent, r.Requests, r.Errors, sum.prompt, sum.completion, sum.answers, r.PromptTokens, r.CompletionTokens, strings.Join(notes, "; "))
+		want := [3]int64{int64(u.sent), int64(prompt), int64(completion)}
+		if d := cmp.Diff(want, [3]int64{r.Requests, r.PromptTokens, r.CompletionTokens}); d != "" {
+			t.Errorf("%s: requests, prompt and completion tokens in usage (-want: sent, and the heads' report with what the client got where the heads reported nothing +got):\n%s", u.name, d)
+		}
+	}
+	left, r := carol.answers["carol-1"], rows["carol"]
+	t.Logf("carol left after %d tokens; the head sent %d; usage has %d request, %d + %d tokens", left.tokens, sent["carol-1"], r.Requests, r.PromptTokens, r.CompletionTokens)
+	if !left.left || r.Requests != 1 || r.PromptTokens != 0 || r.CompletionTokens < int64(left.tokens) || r.CompletionTokens > int64(sent["carol-1"]) {
+		t.Errorf("carol's stream, left after %d tokens of the %d the head sent: usage %+v, want 1 request, 0 prompt and completion tokens between the two", left.tokens, sent["carol-1"], r)
 	}
 	if rep.Dropped != 0 || rep.UncleanStops != 0 {
 		t.Errorf("usage lost records: dropped %d, unclean stops %d", rep.Dropped, rep.UncleanStops)
 	}
-	continued := users[0].continued + users[1].continued
-	t.Logf("the killed head had %d streams under way: %d continued, %d not (n=2)", cut, continued, users[0].refused+users[1].refused)
+	t.Logf("the killed head had %d streams under way: %d continued, %d not (n=2)", cut, continued, refused)
 	if continued == 0 {
 		t.Errorf("no stream was continued (the killed head had %d under way): the test crossed no continuation", cut)
 	}

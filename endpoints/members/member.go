@@ -136,8 +136,8 @@ func (t Term) Validate() error {
 	switch {
 	case t.Schema != SchemaVersion:
 		return fmt.Errorf("schema %d (want %d)", t.Schema, SchemaVersion)
-	case t.N < 1:
-		return fmt.Errorf("term %d: want 1 or more", t.N)
+	case t.N < 1 || t.N > MaxTerm:
+		return fmt.Errorf("term %d: want 1 to %d", t.N, MaxTerm)
 	case endpoints.CheckJobID(t.JobID) != nil:
 		return fmt.Errorf("job_id %q: not a job id", t.JobID)
 	case !runIDRE.MatchString(t.RunID):

@@ -17,6 +17,11 @@ import (
 	"slurm-llm/endpoints/fsutil"
 )
 
+// MaxTerm bounds a term number: a file named for a larger one is ignored
+// (and its number not taken as the highest), so that the next term's
+// number never overflows.
+const MaxTerm = 1 << 40
+
 // maxFileSize bounds a member or term file read (they are a few hundred bytes).
 const maxFileSize = 16 << 10
 
@@ -67,6 +72,12 @@ type Ignored struct {
 type Contents struct {
 	Members []Member
 	Term    Term
+	// Top is the highest term number among the term files' names, whether
+	// or not that file could be read (a newer schema during a rolling
+	// upgrade, a damaged file, another owner's): the next term is Top+1,
+	// never a number that already has a file. Top > Term.N means the
+	// highest term's file is unreadable.
+	Top     int
 	Ignored []Ignored
 	// Request is the operator's request to the leader (request.json),
 	// nil when there is none or it is ignored.
@@ -129,7 +140,12 @@ func (s *Store) Read() (Contents, error) {
 			c.Ignored = append(c.Ignored, Ignored{name, err.Error()})
 		case strings.HasPrefix(name, "term-") && strings.HasSuffix(name, ".json"):
 			n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "term-"), ".json"))
-			if err != nil || n <= c.Term.N {
+			if err != nil || n < 1 || n > MaxTerm {
+				c.Ignored = append(c.Ignored, Ignored{name, fmt.Sprintf("not a term file name (term-N.json, N from 1 to %d)", MaxTerm)})
+				continue
+			}
+			c.Top = max(c.Top, n)
+			if n <= c.Term.N {
 				continue
 			}
 			b, err := s.readFile(name)

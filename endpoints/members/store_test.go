@@ -284,3 +284,61 @@ func FuzzParseTerm(f *testing.F) {
 		}
 	})
 }
+
+// Issue 30: Read gave the highest *valid* term, so one unreadable term
+// file above it (a newer schema in a rolling upgrade, a damaged file,
+// another owner's) sent every candidate to take a term whose file already
+// exists, at every tick, for ever. Top is the highest number among the
+// names, valid or not; a name that is no term number does not count.
+func TestReadReportsTheHighestTermNumberEvenUnreadable(t *testing.T) {
+	term := func(n int) Term {
+		return Term{Schema: SchemaVersion, N: n, JobID: "101", RunID: "0123456789abcdef", Created: t0}
+	}
+	bad := func(n int) string {
+		t := term(n)
+		t.Schema = SchemaVersion + 1
+		b, _ := jsonOf(t)
+		return b
+	}
+	tests := []struct {
+		name     string
+		files    map[string]string // besides the valid terms
+		valid    []int
+		wantTerm int
+		wantTop  int
+	}{
+		{name: "all valid", valid: []int{1, 2, 10}, wantTerm: 10, wantTop: 10},
+		{name: "the highest in a newer schema", valid: []int{1}, files: map[string]string{"term-2.json": bad(2)}, wantTerm: 1, wantTop: 2},
+		{name: "the highest damaged", valid: []int{1, 9}, files: map[string]string{"term-10.json": "{"}, wantTerm: 9, wantTop: 10},
+		{name: "the highest names another term", valid: []int{3}, files: map[string]string{"term-4.json": func() string { b, _ := jsonOf(term(5)); return b }()},
+			wantTerm: 3, wantTop: 4},
+		{name: "no term number: not counted", valid: []int{2}, files: map[string]string{"term-x.json": "{}", "term-0.json": "{}",
+			"term-99999999999999999999.json": "{}", "term-1099511627777.json": "{}"}, wantTerm: 2, wantTop: 2},
+		{name: "only an unreadable one", files: map[string]string{"term-7.json": "{"}, wantTerm: 0, wantTop: 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewStore(t.TempDir(), "reasoning", nil)
+			for _, n := range tt.valid {
+				if err := s.TakeTerm(term(n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.EnsureDirs(); err != nil {
+				t.Fatal(err)
+			}
+			for name, body := range tt.files {
+				if err := os.WriteFile(filepath.Join(s.Dir(), name), []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := s.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Term.N != tt.wantTerm || c.Top != tt.wantTop {
+				t.Errorf("Read: term %d, top %d; want term %d, top %d (ignored %v)", c.Term.N, c.Top, tt.wantTerm, tt.wantTop, c.Ignored)
+			}
+		})
+	}
+}

@@ -148,16 +148,21 @@ func (c *Config) decodeAccess(d *tomlconf.Decoder) map[string]tomlconf.Field {
 }
 
 // checkAccess validates the access keys once [tiers] and state_dir are
-// known, and fills the paths that default to state_dir.
+// known, and fills the paths that default to the front door's state
+// directory ([front] state_dir, else the top-level state_dir).
 func (c *Config) checkAccess(d *tomlconf.Decoder) {
 	f := &c.Front
 	key := func(k ...string) toml.Key { return append(toml.Key{"front"}, k...) }
 	a := &f.Auth
-	if !d.IsDefined("front", "auth", "keys_file") && c.StateDir != "" {
-		a.KeysFile = filepath.Join(c.StateDir, "keys.json")
+	dir := f.StateDir
+	if dir == "" {
+		dir = c.StateDir
 	}
-	if !d.IsDefined("front", "usage", "database") && c.StateDir != "" {
-		f.Usage.Database = filepath.Join(c.StateDir, "usage.db")
+	if !d.IsDefined("front", "auth", "keys_file") && dir != "" {
+		a.KeysFile = filepath.Join(dir, "keys.json")
+	}
+	if !d.IsDefined("front", "usage", "database") && dir != "" {
+		f.Usage.Database = filepath.Join(dir, "usage.db")
 	}
 	switch a.Mode {
 	case "off", "identify", "required":

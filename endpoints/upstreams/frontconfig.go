@@ -76,6 +76,20 @@ type FrontConfig struct {
 	// for retries and continuations); past it a request gets a 503 busy at
 	// once instead of growing the process without bound.
 	MaxBodyBytesInFlight int64
+	// StateDir is where the front door keeps what it writes: the keys it
+	// issued (keys.json) and the usage database (usage.db); "" means the
+	// top-level state_dir (the watcher's, which the front door reads for
+	// its start-to-ready estimates). Shipped: its own directory, which its
+	// unit makes (StateDirectory=slurm-llm/front), as its account cannot
+	// write the watcher's.
+	StateDir string
+	// MaxProcs is how many OS threads run the front door's Go code at
+	// once (GOMAXPROCS; the environment's GOMAXPROCS wins when set); 0 is
+	// Go's default, one per core. One is the default: the front door's
+	// work per request is small, and every wakeup of a second thread costs
+	// more than the work it would take over (a context switch, dear on a
+	// VM; BenchmarkE2EFrontLatency measures both).
+	MaxProcs int
 	// CORSOrigins are the browser origins ("https://chat.example.org", or
 	// "*" for any) whose cross-origin requests the front door allows: it
 	// answers their preflight (OPTIONS) and marks its answers to them.
@@ -142,6 +156,7 @@ var defaultFront = FrontConfig{
 	MaxContinuations:  3,
 
 	MaxBodyBytesInFlight: 256 << 20,
+	MaxProcs:             1,
 }
 
 // DefaultFrontConfig is [front] with every key left out (listening
@@ -178,6 +193,8 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 		"max_continuations":        d.Int(&f.MaxContinuations),
 		"max_body_bytes_in_flight": d.Bytes(&f.MaxBodyBytesInFlight),
 		"cors_origins":             d.Strings(&f.CORSOrigins),
+		"max_procs":                d.Int(&f.MaxProcs),
+		"state_dir":                d.String(&f.StateDir),
 		"tiers": d.Each(func(name string) tomlconf.Field {
 			return func(key toml.Key, v any) {
 				ft := DefaultFrontTier
@@ -234,6 +251,9 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 	}
 	if f.MaxBodyBytes < 4<<10 {
 		d.Invalid(toml.Key{"front", "max_body_bytes"}, "want at least 4 KiB")
+	}
+	if f.MaxProcs < 0 || f.MaxProcs > 1024 {
+		d.Invalid(toml.Key{"front", "max_procs"}, "want 0 (one per core) to 1024")
 	}
 	if f.MaxBodyBytesInFlight < f.MaxBodyBytes {
 		d.Invalid(toml.Key{"front", "max_body_bytes_in_flight"}, "want at least max_body_bytes (%d)", f.MaxBodyBytes)

@@ -20,7 +20,9 @@ import (
 // file would pass half of record.max_size it is renamed to
 // availability.jsonl.1 (replacing the previous one) and a new file begins:
 // the two together stay under max_size and hold the most recent history.
-// `llm-upstreams report` reads both.
+// `llm-upstreams report` reads both. A rotation that fails (the rename, or
+// opening the new file) loses nothing: appends go on into the file already
+// open, the failure is reported once, and the next append tries again.
 
 // RecordFile is the record's current file in the state dir; the one
 // rotated before it has ".1" appended.
@@ -56,38 +58,66 @@ type Record struct {
 	maxSize int64
 	f       *os.File
 	size    int64
+	// aside: the open file was renamed to .1 and no new one could be
+	// opened yet; appends go on into it (report reads .1 first), and the
+	// next rotation only opens the new file.
+	aside bool
+	// failing: the last rotation failed and was reported; the next failure
+	// in a row is not reported again.
+	failing bool
+	// openFile opens the current file for appending (os.OpenFile; a test
+	// makes it fail).
+	openFile func(path string) (*os.File, error)
 }
+
+// ErrRotate is wrapped by the error Append returns when the line was
+// written but the rotation before it failed: the record goes on in the
+// file already open, and the next append tries the rotation again. It is
+// returned once per run of failures.
+var ErrRotate = errors.New("record rotation failed")
 
 // OpenRecord opens (creating) the record in dir for appending.
 func OpenRecord(dir string, maxSize int64) (*Record, error) {
-	r := &Record{dir: dir, maxSize: maxSize}
-	if err := r.open(); err != nil {
-		return nil, err
+	return openRecord(dir, maxSize, func(path string) (*os.File, error) {
+		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	})
+}
+
+// openRecord is OpenRecord with the function that opens the current file.
+func openRecord(dir string, maxSize int64, openFile func(string) (*os.File, error)) (*Record, error) {
+	r := &Record{dir: dir, maxSize: maxSize, openFile: openFile}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open record: %w", err)
 	}
+	f, size, err := r.open()
+	if err != nil {
+		return nil, fmt.Errorf("open record: %w", err)
+	}
+	r.f, r.size = f, size
 	return r, nil
 }
 
 func (r *Record) path() string { return filepath.Join(r.dir, RecordFile) }
 
-func (r *Record) open() error {
-	if err := os.MkdirAll(r.dir, 0o755); err != nil {
-		return fmt.Errorf("open record: %w", err)
-	}
-	f, err := os.OpenFile(r.path(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+// open opens the current file for appending, and says how large it is.
+func (r *Record) open() (*os.File, int64, error) {
+	f, err := r.openFile(r.path())
 	if err != nil {
-		return fmt.Errorf("open record: %w", err)
+		return nil, 0, err
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return fmt.Errorf("open record: %w", err)
+		return nil, 0, err
 	}
-	r.f, r.size = f, fi.Size()
-	return nil
+	return f, fi.Size(), nil
 }
 
 // Append writes one event as a line and fsyncs it, rotating first when
-// the line would take the file past half of maxSize.
+// the line would take the file past half of maxSize. A rotation that fails
+// keeps the line: it goes into the file already open (the record may then
+// pass max_size until a rotation works), and Append reports the failure
+// once (ErrRotate).
 func (r *Record) Append(ev RecordEvent) error {
 	b, err := json.Marshal(ev)
 	if err != nil {
@@ -96,34 +126,56 @@ func (r *Record) Append(ev RecordEvent) error {
 	b = append(b, '\n')
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var rotErr error
 	if r.size > 0 && r.size+int64(len(b)) > r.maxSize/2 {
-		if err := r.rotate(); err != nil {
-			return err
-		}
+		rotErr = r.rotate()
 	}
 	if _, err := r.f.Write(b); err != nil {
-		return fmt.Errorf("record: %w", err)
+		return errors.Join(fmt.Errorf("record: %w", err), rotErr)
 	}
 	r.size += int64(len(b))
 	if err := r.f.Sync(); err != nil {
-		return fmt.Errorf("record: %w", err)
+		return errors.Join(fmt.Errorf("record: %w", err), rotErr)
 	}
-	return nil
+	return rotErr
 }
 
-// rotate moves the current file to .1 and starts a new one.
+// rotate renames the current file to .1 (unless it already is) and opens a
+// new one; only then is the old one closed. It returns an error only for a
+// failure that begins a run of them (the caller reports it once).
 func (r *Record) rotate() error {
-	if err := r.f.Close(); err != nil {
-		return fmt.Errorf("record rotate: %w", err)
+	err := r.rename()
+	if err == nil {
+		var f *os.File
+		var size int64
+		if f, size, err = r.open(); err == nil {
+			old := r.f
+			r.f, r.size, r.aside, r.failing = f, size, false, false
+			old.Close() // every line in it was synced
+			return nil
+		}
+	}
+	if r.failing {
+		return nil
+	}
+	r.failing = true
+	return fmt.Errorf("%w: %w (the line is kept in the file open; tried again at the next append)", ErrRotate, err)
+}
+
+// rename moves the open file to .1, unless an earlier rotation did.
+func (r *Record) rename() error {
+	if r.aside {
+		return nil
 	}
 	if err := os.Rename(r.path(), r.path()+".1"); err != nil {
-		return fmt.Errorf("record rotate: %w", err)
+		return err
 	}
+	r.aside = true
 	if d, err := os.Open(r.dir); err == nil { // the rename survives a crash
 		_ = d.Sync()
 		d.Close()
 	}
-	return r.open()
+	return nil
 }
 
 // Close closes the file.

@@ -1,6 +1,7 @@
 package upstreams
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -105,5 +106,90 @@ func TestTransition(t *testing.T) {
 	m, ev, end = transition(m, TierView{Tier: "fast", State: StateRouted, Reason: ReasonRouted}, t0.Add(9*time.Second))
 	if ev == nil || end == nil || end.Duration != 9*time.Second || end.Cause != ReasonPreempted || !m.OutageStart.IsZero() {
 		t.Fatalf("back: event %v end %+v mem %+v", ev, end, m)
+	}
+}
+
+// Regression (issue 30, item 4): rotation closed the file before renaming
+// it; when the rename or the reopen failed, every later Append failed
+// ("file already closed") until the process restarted, even once the
+// cause was gone: 16 of 20 appends failed while .1 was blocked, and 20 of
+// 20 after. Now the file stays open, the line is kept, the failure is
+// reported once, and the next append tries again.
+func TestRecordRotationThatFailsLosesNothing(t *testing.T) {
+	opener := func(fail *bool) func(string) (*os.File, error) {
+		return func(path string) (*os.File, error) {
+			if *fail {
+				return nil, errors.New("open: too many open files")
+			}
+			return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		}
+	}
+	tests := []struct {
+		name string
+		// block makes rotations fail; unblock removes the cause.
+		block, unblock func(dir string, fail *bool)
+		// aside: the failing rotation leaves the open file renamed to .1.
+		aside bool
+	}{
+		{name: "the rename fails (.1 is a directory that is not empty)",
+			block: func(dir string, _ *bool) {
+				os.MkdirAll(filepath.Join(dir, RecordFile+".1", "x"), 0o755)
+			},
+			unblock: func(dir string, _ *bool) { os.RemoveAll(filepath.Join(dir, RecordFile+".1")) }},
+		{name: "the new file cannot be opened", aside: true,
+			block:   func(_ string, fail *bool) { *fail = true },
+			unblock: func(_ string, fail *bool) { *fail = false }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fail := false
+			const max = 4096 // about 30 lines of 130 bytes
+			r, err := openRecord(dir, max, opener(&fail))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			ev := func(i int) RecordEvent {
+				return RecordEvent{Time: t0.Add(time.Duration(i) * time.Second), Event: EventState, Tier: "fast",
+					State: StateDown, Reason: ReasonPreempted}
+			}
+			tt.block(dir, &fail)
+			var errs []error
+			for i := 0; i < 40; i++ {
+				if err := r.Append(ev(i)); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			if len(errs) != 1 || !errors.Is(errs[0], ErrRotate) {
+				t.Errorf("while rotations fail: errors %v; want one, ErrRotate", errs)
+			}
+			events, _, err := readRecordFile(filepath.Join(dir, RecordFile))
+			if tt.aside {
+				events, _, err = ReadRecord(dir)
+			}
+			if err != nil || len(events) != 40 {
+				t.Fatalf("while rotations fail: %d events read (%v), want all 40", len(events), err)
+			}
+			tt.unblock(dir, &fail)
+			for i := 40; i < 80; i++ {
+				if err := r.Append(ev(i)); err != nil {
+					t.Fatalf("append %d once the cause is gone: %v", i, err)
+				}
+			}
+			events, _, err = ReadRecord(dir)
+			if err != nil || len(events) == 0 || !events[len(events)-1].Time.Equal(ev(79).Time) {
+				t.Fatalf("once the cause is gone: %d events read (%v), want the newest kept", len(events), err)
+			}
+			var total int64
+			for _, name := range []string{RecordFile, RecordFile + ".1"} {
+				if fi, err := os.Stat(filepath.Join(dir, name)); err == nil {
+					total += fi.Size()
+				}
+			}
+			if total > max {
+				t.Errorf("the record holds %d bytes once rotations work again, over max_size %d", total, max)
+			}
+		})
 	}
 }

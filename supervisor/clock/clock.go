@@ -132,6 +132,18 @@ func (f *Fake) Waiters() int {
 // NewTimer returns a timer that fires once, d from now.
 func (f *Fake) NewTimer(d time.Duration) Timer { return f.add(d, 0) }
 
+// Unread counts the ticks fired and not yet received: tests wait for them
+// to be taken before they advance the clock again.
+func (f *Fake) Unread() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, w := range f.waiters {
+		n += len(w.c)
+	}
+	return n
+}
+
 // NewTicker returns a ticker that fires every d.
 func (f *Fake) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {

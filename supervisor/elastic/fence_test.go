@@ -106,6 +106,9 @@ type simMember struct {
 	leaveAt, goneAt time.Duration
 	headOn          bool
 	headFrom        time.Duration
+	// deadline is the head's lease end, on the member's clock: its shim
+	// kills it then.
+	deadline time.Time
 	// resignAt is when a leaving leader's stopped head is gone and it may
 	// say so (the runner's stop returns only then).
 	resignAt time.Duration
@@ -144,8 +147,9 @@ func TestAtMostOneHead(t *testing.T) {
 // how many heads ran.
 func simulate(t *testing.T, seed int64) int {
 	rng := rand.New(rand.NewSource(seed))
-	tm := Timing{Lease: DefaultTiming.Lease, Skew: DefaultTiming.Skew}
+	tm := DefaultTiming
 	var now time.Duration
+	base := simBase
 	store := &memDir{members: map[string][]version{}, terms: map[int]Term{}, now: func() time.Duration { return now },
 		delay: func() time.Duration { return time.Duration(rng.Int63n(int64(time.Second))) }}
 	var members []*simMember
@@ -155,7 +159,8 @@ func simulate(t *testing.T, seed int64) int {
 		nextJob++
 		files := simFiles{s: store, cut: &m.cut}
 		m.agent = NewAgent(files, Member{Tier: "reasoning", JobID: m.job, RunID: fmt.Sprintf("%016x", rng.Uint64()),
-			Node: "node" + m.job, Addr: "10.78.0." + strconv.Itoa(nextJob%250+1), RPCPort: 50052, State: StateReady}, tm)
+			Node: "node" + m.job, Addr: "10.78.0." + strconv.Itoa(nextJob%250+1), RPCPort: 50052, State: StateReady}, tm,
+			func() time.Time { return base.Add(now + m.offset) })
 		members = append(members, m)
 	}
 	for i := 0; i < 3; i++ {
@@ -168,7 +173,6 @@ func simulate(t *testing.T, seed int64) int {
 			done = append(done, interval{m.job, m.headFrom, at + headStop})
 		}
 	}
-	base := simBase
 	const step = 100 * time.Millisecond
 	for now = 0; now < 20*time.Minute; now += step {
 		// Random events.
@@ -194,13 +198,20 @@ func simulate(t *testing.T, seed int64) int {
 				m.gone = true
 				continue
 			}
+			if m.headOn && !base.Add(now+m.offset).Before(m.deadline) {
+				// Its shim kills the head at the lead's end, whatever the
+				// member does: gone within the margin.
+				m.headOn = false
+				done = append(done, interval{m.job, m.headFrom, now + tm.Margin})
+			}
 			if now < m.nextTick {
 				continue
 			}
 			m.nextTick = now + time.Second + time.Duration(rng.Int63n(int64(200*time.Millisecond)))
-			d := m.agent.Tick(base.Add(now + m.offset))
+			d := m.agent.Tick()
 			// As the member runner does: a head is stopped synchronously (the
-			// member ticks again only once it is gone), then the member resigns.
+			// member ticks again only once it is gone), then the member
+			// resigns; a lost member without a head resigns at once.
 			switch {
 			case d.Lead && m.leaveAt != 0 && now-m.leaveAt > 2*time.Second, !d.Lead && m.headOn:
 				stopHead(m, now)
@@ -209,8 +220,13 @@ func simulate(t *testing.T, seed int64) int {
 			case m.resignAt != 0:
 				m.agent.Resign()
 				m.resignAt = 0
+			case d.Role == RoleLost:
+				m.agent.Resign()
 			case d.Lead && !m.headOn && m.leaveAt == 0:
 				m.headOn, m.headFrom = true, now
+			}
+			if d.Lead {
+				m.deadline = d.LeadEnd
 			}
 		}
 	}

@@ -7,12 +7,15 @@
 // when it goes.
 //
 // Leadership is by term: a member leads term N once it has created the
-// file term-N exclusively (O_EXCL, atomic on local file systems and NFS),
-// and only while its lease holds. A leader that cannot renew its lease
-// stops its head before the lease ends; a member takes the next term only
-// after the old leader's lease has ended plus a margin for clock skew; and
-// every worker restarts its rpc-server for a new term, so no head of an
-// older term can hold a worker. Together: at most one head at a time.
+// file term-N exclusively (O_EXCL, atomic on local file systems and NFS;
+// N is one more than the highest number any term file has), and only
+// while its lease holds. Its lead ends at one absolute time, on its own
+// node's clock (Timing.LeadEnd: the lease's end less the skew and a
+// margin), when its head's shim kills the head whatever the leader does; a
+// member takes the next term only after the old leader's lease has ended
+// plus the skew; and every worker restarts its rpc-server for a new term,
+// so no head of an older term can hold a worker. Together: at most one
+// head at a time.
 //
 // The package decides (Decide, pure) and keeps the files (Store); starting
 // and stopping processes is the member runner's (runner.go).

@@ -22,8 +22,20 @@ import (
 type Head interface {
 	Run(ctx context.Context) error
 	Stop(supervisor.StopRequest)
-	// Lease renews the head's lease (tier.Process.Lease) for d from now.
-	Lease(d time.Duration)
+	// Lease renews the head's lease (tier.Process.LeaseUntil) until the
+	// time until, on this node's clock.
+	Lease(until time.Time)
+}
+
+// HeadRun is what a head is started for: the term its leader leads, what
+// it serves with ("2 of 3 nodes, context 65536"), and its own run id
+// (supervisor.Options.RunID), new for every head: a head's endpoint file
+// is fenced by run id, and a previous head's removal, queued behind slow
+// storage, must not delete the next head's file.
+type HeadRun struct {
+	Term    int
+	Serving string
+	RunID   string
 }
 
 // Options are what a member runner needs. Config, Self, RunID, Files,
@@ -43,8 +55,9 @@ type Options struct {
 	// (tier.ShimMargin for srun steps).
 	StopMargin time.Duration
 	// NewHead builds the leader's head for a plan: supervisor.New with the
-	// launcher, the term and what it serves with (Options.Term, Serving).
-	NewHead func(plan *tier.Plan, term int, serving string) (Head, error)
+	// launcher, the term, what it serves with and its run id
+	// (Options.Term, Serving, RunID).
+	NewHead func(plan *tier.Plan, run HeadRun) (Head, error)
 	// Observer, if set, gets the member's state changes as runner events
 	// (ready once it serves: its rpc-server listens, or its head is ready).
 	Observer func(supervisor.Event)
@@ -55,7 +68,8 @@ type Options struct {
 	// times as often while a member is leaving.
 	Tick time.Duration
 	// InFlight counts the head's requests in flight (growing waits for an
-	// idle head); by default its /metrics, /slots or router models.
+	// idle head); by default its /metrics, /slots or router models. It is
+	// called off Run's goroutine, bounded by health_timeout.
 	InFlight func(ctx context.Context) (int, error)
 }
 
@@ -71,11 +85,21 @@ type Runner struct {
 	log   hclog.Logger
 	stop  chan supervisor.StopRequest
 	msgs  chan any
+	quit  chan struct{}
 
 	// Owned by Run.
-	worker       supervisor.Handle // this member's rpc-server
-	workerTerm   int               // the term it was started for
-	workerUp     bool              // it listens
+	// ticking: a tick's file I/O is under way (its answer is a tickDone or
+	// a takeDone); again: another tick was asked for meanwhile.
+	ticking, again bool
+	// asking: a count of the head's requests in flight is under way (its
+	// answer is a busyMsg).
+	asking bool
+	worker supervisor.Handle // this member's rpc-server
+	// workerGoing is an rpc-server being stopped: nothing that needs its
+	// port or its node's GPU starts before it has ended (workerEnded).
+	workerGoing  supervisor.Handle
+	workerTerm   int  // the term it was started for
+	workerUp     bool // it listens
 	head         Head
 	headCancel   context.CancelFunc
 	headUses     []string // job ids of the workers the head runs with
@@ -83,7 +107,7 @@ type Runner struct {
 	headStopping bool
 	// handingOver: the head is being stopped so that a younger member leads.
 	handingOver bool
-	idleSince   time.Time // the head was last seen busy; zero while busy
+	idleSince   time.Time // the head was first answered idle; zero while busy
 	leaving     *supervisor.StopRequest
 	leaveBy     time.Time
 	// policy paces restarts of a failing rpc-server (and gives up);
@@ -111,6 +135,15 @@ type (
 	workerEnded struct {
 		h   supervisor.Handle
 		res supervisor.ExitResult
+	}
+	tickDone struct{ io TickIO }
+	takeDone struct{ io TakeIO }
+	// busyMsg is head's count of requests in flight, asked at at.
+	busyMsg struct {
+		head Head
+		at   time.Time
+		n    int
+		err  error
 	}
 )
 
@@ -142,8 +175,8 @@ func NewRunner(o Options) (*Runner, error) {
 		o.Log.Error("the model is not readable on this node: this member serves as a worker only, never leads",
 			"model", e.Model, "error", err)
 	}
-	r := &Runner{o: o, log: o.Log, stop: make(chan supervisor.StopRequest, 4), msgs: make(chan any, 8),
-		agent:  NewAgent(o.Files, m, Timing{Lease: e.Lease, Skew: e.Skew}),
+	r := &Runner{o: o, log: o.Log, stop: make(chan supervisor.StopRequest, 4), msgs: make(chan any, 8), quit: make(chan struct{}),
+		agent:  NewAgent(o.Files, m, Timing{Lease: e.Lease, Skew: e.Skew, Margin: tier.LeadMargin}, o.Clock.Now),
 		policy: supervisor.NewRestartPolicy(o.Config.Restart, rand.Float64), askedDone: o.Clock.Now()}
 	return r, nil
 }
@@ -159,17 +192,20 @@ func readable(path string) error {
 
 // Stop asks the member to leave in order (its job is preempted,
 // cancelled, at its time limit); a second request with SkipDrain stops it
-// now. It never blocks.
+// now. It never blocks: with four requests pending, a fifth is dropped and
+// logged.
 func (r *Runner) Stop(req supervisor.StopRequest) {
 	select {
 	case r.stop <- req:
 	default:
+		r.log.Warn("stop request dropped: too many pending", "reason", req.Reason)
 	}
 }
 
 // Run is the member's life until it has left (nil) or ctx ends (every
 // process is stopped at once).
 func (r *Runner) Run(ctx context.Context) error {
+	defer close(r.quit)
 	tick := r.o.Clock.NewTicker(r.o.Tick)
 	defer tick.Stop()
 	every := r.o.Tick
@@ -203,7 +239,7 @@ func (r *Runner) Run(ctx context.Context) error {
 // head's load at 1 s ticks); Tick once it serves, to spare the shared file
 // system.
 func (r *Runner) tickEvery() time.Duration {
-	d := r.agent.last
+	d := r.agent.Last()
 	switch {
 	case d.Lead && r.head == nil,
 		!d.Lead && d.Leader == nil,
@@ -213,8 +249,14 @@ func (r *Runner) tickEvery() time.Duration {
 	return r.o.Tick
 }
 
-// send hands a message to Run from a helper goroutine.
-func (r *Runner) send(m any) { r.msgs <- m }
+// send hands a message to Run from a helper goroutine, unless Run has
+// returned.
+func (r *Runner) send(m any) {
+	select {
+	case r.msgs <- m:
+	case <-r.quit:
+	}
+}
 
 func (r *Runner) handleMsg(m any) {
 	switch m := m.(type) {
@@ -222,21 +264,49 @@ func (r *Runner) handleMsg(m any) {
 		r.handleHeadEnded(m)
 	case workerEnded:
 		r.handleWorkerEnded(m)
+	case tickDone:
+		r.ticking = false
+		r.decided(r.agent.Settle(m.io))
+	case takeDone:
+		r.ticking = false
+		r.decided(r.agent.Took(m.io))
+	case busyMsg:
+		r.handleBusy(m)
 	}
 }
 
-// step renews the membership and does what the decision says.
+// step starts a tick: the membership's file I/O runs on a goroutine of its
+// own and its answer comes back as a tickDone, so that a shared file
+// system that hangs holds up nothing here (the head's lease ends on its
+// own, in its shim). While one is under way, the next begins when it ends.
 func (r *Runner) step() {
-	now := r.o.Clock.Now()
-	d := r.agent.Tick(now)
+	if r.ticking {
+		r.again = true
+		return
+	}
+	r.ticking, r.again = true, false
+	job := r.agent.Begin()
+	go func() { r.send(tickDone{io: job.Run()}) }()
+}
+
+// decided does what a tick's decision says: take the next term (its file
+// I/O on a goroutine too, its answer a takeDone), or lead, follow, leave.
+func (r *Runner) decided(d Decision) {
 	if d.Why != r.lastWhy {
-		r.log.Info("membership", "term", d.Term, "lead", d.Lead, "why", d.Why)
+		r.log.Info("membership", "term", d.Term, "lead", d.Lead, "role", d.Role.String(), "why", d.Why)
 		r.lastWhy = d.Why
 	}
 	r.logIgnored(d.Ignored)
-	if r.head != nil {
-		r.renewHeadLease(d, now)
+	if d.Take {
+		r.ticking = true
+		job := r.agent.BeginTake(d)
+		go func() { r.send(takeDone{io: job.Run()}) }()
+		return
 	}
+	if r.head != nil && d.Lead {
+		r.head.Lease(d.LeadEnd)
+	}
+	now := r.o.Clock.Now()
 	switch {
 	case r.leaving != nil:
 		r.stepLeaving(d, now)
@@ -244,6 +314,9 @@ func (r *Runner) step() {
 		r.lead(d, now)
 	default:
 		r.follow(d)
+	}
+	if r.again && !r.done {
+		r.step()
 	}
 }
 
@@ -264,6 +337,9 @@ func (r *Runner) logIgnored(ign []Ignored) {
 // when one it uses goes, or (idle for grow_after) when more are up.
 func (r *Runner) lead(d Decision, now time.Time) {
 	r.stopWorker("this member leads: its node runs the head")
+	if r.workerGoing != nil {
+		return // the head starts once the rpc-server has left the GPU
+	}
 	if r.head != nil {
 		r.watchHead(d, now)
 		return
@@ -348,20 +424,15 @@ func (r *Runner) asked(d Decision, now time.Time) bool {
 }
 
 // idleFor reports whether the head has been idle for grow_after (never
-// when grow_after is 0), keeping count from the first idle look.
+// when grow_after is 0), counting from the first answer that found it
+// idle; it asks the head again (askBusy).
 func (r *Runner) idleFor(now time.Time) bool {
 	after := r.o.Config.Elastic.GrowAfter
 	if after <= 0 {
 		return false
 	}
-	if r.busy() {
-		r.idleSince = time.Time{}
-		return false
-	}
-	if r.idleSince.IsZero() {
-		r.idleSince = now
-	}
-	return now.Sub(r.idleSince) >= after
+	r.askBusy()
+	return !r.idleSince.IsZero() && now.Sub(r.idleSince) >= after
 }
 
 // maybeGrow re-plans to n nodes once the head has been idle for
@@ -373,12 +444,39 @@ func (r *Runner) maybeGrow(n int, now time.Time) {
 	}
 }
 
-// busy asks the head whether it has requests in flight; unknown is busy.
-func (r *Runner) busy() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), r.o.Config.Timeouts.HealthTimeout)
-	defer cancel()
-	n, err := r.o.InFlight(ctx)
-	return err != nil || n > 0
+// askBusy asks the head, on a goroutine, how many requests it has in
+// flight, unless a question is under way; the answer comes back as a
+// busyMsg. Nothing on Run's goroutine waits for a head: a /metrics that
+// answers slowly once held up the renewals of the head's lease until its
+// shim killed it (issue 30).
+func (r *Runner) askBusy() {
+	if r.asking || r.head == nil {
+		return
+	}
+	r.asking = true
+	h, at, count, timeout := r.head, r.o.Clock.Now(), r.o.InFlight, r.o.Config.Timeouts.HealthTimeout
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		n, err := count(ctx)
+		r.send(busyMsg{head: h, at: at, n: n, err: err})
+	}()
+}
+
+// handleBusy takes a count of the head's requests in flight: a busy head,
+// or one that cannot say (unknown is busy), starts the idle count again;
+// the first idle answer starts it, from when it was asked.
+func (r *Runner) handleBusy(m busyMsg) {
+	r.asking = false
+	if m.head != r.head {
+		return // an answer about a head that is gone
+	}
+	switch {
+	case m.err != nil || m.n > 0:
+		r.idleSince = time.Time{}
+	case r.idleSince.IsZero():
+		r.idleSince = m.at
+	}
 }
 
 // startHead plans the head for the members up and starts it.
@@ -401,10 +499,20 @@ func (r *Runner) startHead(d Decision) {
 	}
 	_, np, _ := e.PlanFor(n)
 	serving := fmt.Sprintf("%d of %d nodes, context %d", n, e.Members, np.Ctx)
-	if plan.Head.Lease = r.headLease(r.o.Clock.Now()); plan.Head.Lease <= 0 {
+	if !r.o.Clock.Now().Before(d.LeadEnd) {
 		return // no lead left to start a head on; the next tick decides again
 	}
-	h, err := r.o.NewHead(plan, d.Term, serving)
+	// The head's shim kills it at the lead's end unless renewed (each tick
+	// that renews the member lease renews it): a supervisor frozen by
+	// SIGSTOP or a hung NFS mount cannot stop its head itself, and the next
+	// leader may start its own Skew after the lease ended.
+	plan.Head.LeaseUntil = d.LeadEnd
+	runID, err := supervisor.NewRunID()
+	if err != nil {
+		r.log.Error("cannot build the head", "error", err)
+		return
+	}
+	h, err := r.o.NewHead(plan, HeadRun{Term: d.Term, Serving: serving, RunID: runID})
 	if err != nil {
 		r.log.Error("cannot build the head", "error", err)
 		return
@@ -416,27 +524,9 @@ func (r *Runner) startHead(d Decision) {
 		r.headUses = append(r.headUses, w.JobID)
 	}
 	r.agent.Using(r.headUses)
-	r.log.Info("head starting", "term", d.Term, "serving", serving, "workers", r.headUses)
+	r.log.Info("head starting", "term", d.Term, "serving", serving, "workers", r.headUses, "run_id", runID,
+		"lease_until", d.LeadEnd.UTC().Format(time.RFC3339Nano))
 	go func() { r.send(headEnded{err: h.Run(ctx)}) }()
-}
-
-// headLease is how long this member's head may run on the member lease it
-// holds at now: until skew before that lease ends, when a leader that
-// could not renew must have stopped its head (holdsLead). The head's shim
-// kills the head when it runs out (tier.Process.Lease): a supervisor
-// frozen by SIGSTOP or a hung NFS mount cannot stop its head itself, and
-// the next leader starts its own skew after the lease ended.
-func (r *Runner) headLease(now time.Time) time.Duration {
-	return r.agent.Self().LeaseExpires.Add(-r.o.Config.Elastic.Skew).Sub(now)
-}
-
-// renewHeadLease renews the head's lease after a tick that renewed the
-// member lease (a tick whose write failed renews nothing more: the head's
-// lease runs out with the member's).
-func (r *Runner) renewHeadLease(d Decision, now time.Time) {
-	if left := r.headLease(now); d.Lead && left > 0 {
-		r.head.Lease(left)
-	}
 }
 
 // gather reports whether the head should wait for members whose
@@ -494,14 +584,19 @@ func (r *Runner) handleHeadEnded(m headEnded) {
 }
 
 // follow runs this member's rpc-server for the current term, and resigns a
-// leadership it lost (its head stopped first).
+// leadership it lost (its head stopped first). A member that has just
+// taken a term and waits for its member file to say so does neither.
 func (r *Runner) follow(d Decision) {
 	if r.head != nil {
 		r.stopHead(supervisor.StopRequest{Reason: "no longer leads", SkipDrain: true})
 		return // resigns once the head has ended
 	}
-	if r.agent.want.Leads {
+	switch d.Role {
+	case RoleLost:
 		r.agent.Resign()
+	case RoleLeader:
+		r.stopWorker("this member has taken the lead: its node runs the head")
+		return
 	}
 	if r.worker != nil && r.workerTerm < d.Term {
 		// A head of an older term may still hold it (a leader cut off):
@@ -509,8 +604,8 @@ func (r *Runner) follow(d Decision) {
 		r.stopWorker(fmt.Sprintf("term %d began: no older head may hold it", d.Term))
 	}
 	if r.worker == nil {
-		if r.o.Clock.Now().Before(r.workerRetry) {
-			return
+		if r.workerGoing != nil || r.o.Clock.Now().Before(r.workerRetry) {
+			return // the old one still holds the port, or a restart waits
 		}
 		r.startWorker(d.Term)
 		return
@@ -549,23 +644,32 @@ func (r *Runner) startWorker(term int) {
 	}()
 }
 
-// stopWorker stops this member's rpc-server and waits for it.
+// stopWorker stops this member's rpc-server on a goroutine (a stop may take
+// stop_grace and more: Run's goroutine never waits on it); its end comes
+// back as a workerEnded.
 func (r *Runner) stopWorker(why string) {
 	if r.worker == nil {
 		return
 	}
 	h := r.worker
-	r.worker, r.workerUp = nil, false
+	r.worker, r.workerUp, r.workerGoing = nil, false, h
 	r.log.Info("stopping the rpc-server", "why", why)
-	h.Stop(r.o.Config.Timeouts.StopGrace)
+	go h.Stop(r.o.Config.Timeouts.StopGrace)
 }
 
 // handleWorkerEnded takes an rpc-server's end: expected (stopped) or not;
 // an unexpected end is started again at the next tick, as a new member
 // (joining, its port checked again by the leader's head start).
 func (r *Runner) handleWorkerEnded(m workerEnded) {
+	if m.h == r.workerGoing {
+		// Stopped on purpose: what waited for it (the head, the next
+		// rpc-server) starts at a tick now, not at the next.
+		r.workerGoing = nil
+		r.step()
+		return
+	}
 	if m.h != r.worker {
-		return // stopped on purpose
+		return
 	}
 	r.log.Warn("rpc-server exited", "cause", m.res.String())
 	r.worker, r.workerUp = nil, false
@@ -646,19 +750,32 @@ func (r *Runner) leaveNow(why string) {
 }
 
 // finish writes the member's last file (leaving, not leading) and ends Run.
+// The write waits at most a lease: on storage that hangs, the file's lease
+// runs out by itself.
 func (r *Runner) finish() {
+	if r.workerGoing != nil {
+		<-r.workerGoing.Done() // bounded: Stop kills it after its grace
+	}
 	r.agent.Resign()
-	r.agent.Tick(r.o.Clock.Now())
+	job := r.agent.Begin()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		job.Run()
+	}()
+	t := r.o.Clock.NewTimer(r.o.Config.Elastic.Lease)
+	defer t.Stop()
+	select {
+	case <-wrote:
+	case <-t.C():
+		r.log.Warn("the member's last file was not written in time: its lease will run out", "wait", r.o.Config.Elastic.Lease)
+	}
 	r.done = true
 }
 
 // member finds a member in the last read of the directory.
 func (r *Runner) member(job string) (Member, bool) {
-	c, err := r.o.Files.Read()
-	if err != nil {
-		return Member{}, false
-	}
-	for _, m := range c.Members {
+	for _, m := range r.agent.Members() {
 		if m.JobID == job {
 			return m, true
 		}

@@ -17,7 +17,6 @@ import (
 	"slurm-llm/supervisor/clock"
 	"slurm-llm/supervisor/tier"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -32,6 +31,8 @@ type procFake struct {
 	done      chan struct{}
 	listening chan struct{}
 	once      sync.Once
+	// stopping, when set, holds a Stop until it is closed.
+	stopping chan struct{}
 }
 
 func (p *procFake) PID() int                      { return p.pid }
@@ -40,8 +41,13 @@ func (p *procFake) Listening() <-chan struct{}    { return p.listening }
 func (p *procFake) Unreachable() <-chan string    { return nil }
 func (p *procFake) Done() <-chan struct{}         { return p.done }
 func (p *procFake) Result() supervisor.ExitResult { return supervisor.ExitResult{} }
-func (p *procFake) Stop(time.Duration)            { p.once.Do(func() { close(p.done) }) }
-func (p *procFake) Kill()                         { p.Stop(0) }
+func (p *procFake) Stop(time.Duration) {
+	if p.stopping != nil {
+		<-p.stopping
+	}
+	p.once.Do(func() { close(p.done) })
+}
+func (p *procFake) Kill() { p.Stop(0) }
 
 type launcherFake struct {
 	mu   sync.Mutex
@@ -50,13 +56,16 @@ type launcherFake struct {
 	// slow: the rpc-servers it starts listen only once release is called.
 	slow bool
 	held []chan struct{}
+	// stopping, when set, holds the Stop of every rpc-server it starts
+	// until it is closed.
+	stopping chan struct{}
 }
 
 func (l *launcherFake) Start(tier.Process) (supervisor.Handle, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n++
-	p := &procFake{pid: l.n, done: make(chan struct{}), listening: make(chan struct{})}
+	p := &procFake{pid: l.n, done: make(chan struct{}), listening: make(chan struct{}), stopping: l.stopping}
 	if l.slow {
 		l.held = append(l.held, p.listening)
 	} else {
@@ -78,14 +87,13 @@ func (l *launcherFake) release() {
 
 // headFake is a leader's head: it runs until stopped.
 type headFake struct {
-	plan    *tier.Plan
-	term    int
-	serving string
+	plan *tier.Plan
+	HeadRun
 	stopped chan struct{}
 	once    sync.Once
 	mu      sync.Mutex
 	req     supervisor.StopRequest // the first stop request
-	leases  []time.Duration        // the lease renewals, in order
+	leases  []time.Time            // the lease renewals, in order
 }
 
 func (h *headFake) Run(ctx context.Context) error {
@@ -97,17 +105,17 @@ func (h *headFake) Run(ctx context.Context) error {
 }
 
 // Lease records a renewal of the head's lease.
-func (h *headFake) Lease(d time.Duration) {
+func (h *headFake) Lease(until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.leases = append(h.leases, d)
+	h.leases = append(h.leases, until)
 }
 
 // leased is the renewals so far.
-func (h *headFake) leased() []time.Duration {
+func (h *headFake) leased() []time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]time.Duration(nil), h.leases...)
+	return append([]time.Time(nil), h.leases...)
 }
 
 func (h *headFake) Stop(req supervisor.StopRequest) {
@@ -201,8 +209,8 @@ func (g *tierRig) join(job string, n int) *memberRig {
 		Self:     tier.Member{JobID: job, Node: fmt.Sprintf("node%d", n), Addr: fmt.Sprintf("10.78.0.%d", 10+n)},
 		Files:    NewStore(g.dir, "reasoning", nil),
 		Launcher: m.launcher, Clock: g.clk,
-		NewHead: func(plan *tier.Plan, term int, serving string) (Head, error) {
-			h := &headFake{plan: plan, term: term, serving: serving, stopped: make(chan struct{})}
+		NewHead: func(plan *tier.Plan, run HeadRun) (Head, error) {
+			h := &headFake{plan: plan, HeadRun: run, stopped: make(chan struct{})}
 			m.heads = append(m.heads, h)
 			return h, nil
 		},
@@ -234,7 +242,8 @@ func (g *tierRig) round() {
 	}
 }
 
-// drain handles a member's messages until its helpers are quiet.
+// drain handles a member's messages until its helpers are quiet and its
+// tick's file I/O is done.
 func (g *tierRig) drain(m *memberRig) {
 	for {
 		select {
@@ -244,7 +253,9 @@ func (g *tierRig) drain(m *memberRig) {
 				m.left = true
 			}
 		case <-time.After(20 * time.Millisecond):
-			return
+			if !m.r.ticking || m.left {
+				return
+			}
 		}
 	}
 }
@@ -291,8 +302,8 @@ func TestMembersLeadShrinkAndGrow(t *testing.T) {
 		return l == m102 && l.running().rpcArg() == "10.78.0.11:50052,10.78.0.12:50052"
 	})
 	h := m102.running()
-	if h.serving != "3 of 3 nodes, context 131072" || h.term != 1 {
-		t.Errorf("head serving %q term %d, want 3 of 3 nodes, context 131072, term 1", h.serving, h.term)
+	if h.Serving != "3 of 3 nodes, context 131072" || h.Term != 1 {
+		t.Errorf("head serving %q term %d, want 3 of 3 nodes, context 131072, term 1", h.Serving, h.Term)
 	}
 
 	// Science takes node1: member 100 leaves; the head drains and re-plans
@@ -307,7 +318,7 @@ func TestMembersLeadShrinkAndGrow(t *testing.T) {
 		l := g.leader()
 		return l == m102 && l.running() != h && l.running().rpcArg() == "10.78.0.12:50052"
 	})
-	if s := m102.running().serving; s != "2 of 3 nodes, context 65536" {
+	if s := m102.running().Serving; s != "2 of 3 nodes, context 65536" {
 		t.Errorf("serving %q, want 2 of 3 nodes, context 65536", s)
 	}
 
@@ -335,8 +346,8 @@ func TestMembersLeadShrinkAndGrow(t *testing.T) {
 	m102.r.handleStop(supervisor.StopRequest{Reason: supervisor.ReasonPreempted, Since: g.clk.Now()})
 	g.until("the leader to leave", func() bool { return m102.left })
 	g.until("member 101 to lead", func() bool { return g.leader() == m101 })
-	if h := m101.running(); h.term != 2 || h.rpcArg() != "10.78.0.11:50052" {
-		t.Errorf("new head term %d --rpc %q, want term 2 over member 100's node", h.term, h.rpcArg())
+	if h := m101.running(); h.Term != 2 || h.rpcArg() != "10.78.0.11:50052" {
+		t.Errorf("new head term %d --rpc %q, want term 2 over member 100's node", h.Term, h.rpcArg())
 	}
 	if m101.r.worker != nil {
 		t.Error("the new leader still runs its rpc-server")
@@ -349,13 +360,13 @@ func TestLeadHandedToYoungerWhenIdle(t *testing.T) {
 	g := newTierRig(t)
 	m100 := g.join("100", 1)
 	g.until("member 100 to lead alone: nothing to serve with one node", func() bool {
-		return m100.r.agent.want.Leads && m100.running() == nil
+		return m100.r.agent.Role() == RoleLeader && m100.running() == nil
 	})
 	m101, m102 := g.join("101", 2), g.join("102", 3)
 	_ = m101
 	g.until("member 102 to lead, after the idle handover", func() bool { return g.leader() == m102 })
-	if h := m102.running(); h.term != 2 || h.serving != "3 of 3 nodes, context 131072" {
-		t.Errorf("head term %d serving %q, want term 2 on 3 of 3 nodes", h.term, h.serving)
+	if h := m102.running(); h.Term != 2 || h.Serving != "3 of 3 nodes, context 131072" {
+		t.Errorf("head term %d serving %q, want term 2 on 3 of 3 nodes", h.Term, h.Serving)
 	}
 }
 
@@ -444,7 +455,7 @@ func TestHeadWaitsForStartingMembers(t *testing.T) {
 			g.slowNext = true
 			slow := g.join("101", 2)
 			leader := g.join("102", 3)
-			g.until("term 1 taken by 102", func() bool { return leader.r.agent.last.Lead })
+			g.until("term 1 taken by 102", func() bool { return leader.r.agent.Last().Lead })
 			for range 3 {
 				g.round()
 			}
@@ -493,13 +504,14 @@ type failWrites struct{ Files }
 
 func (failWrites) WriteMember(Member) error { return errors.New("write: input/output error") }
 
-// TestLeaderLeasesItsHead: the leader's head starts with a lease that ends
-// skew before the leader's member lease, and every tick that renews the
-// member lease renews the head's to the same end; once the member file
-// cannot be written, the renewals shrink with the lease that is left and
-// stop, so that the head's shim kills the head before another member may
-// lead (issue 21, item 1: a frozen leader's head ran on beside the next
-// leader's for 6 s).
+// TestLeaderLeasesItsHead: the leader's head starts with a lease that
+// ends when the lead does (Timing.LeadEnd: skew and the margin before the
+// leader's member lease ends), and every tick that renews the member lease
+// renews the head's to the new lead end; once the member file cannot be
+// written, nothing renews the head's lease past the last lead end, and the
+// member stops its head when the lead has ended (issue 21, item 1: a
+// frozen leader's head ran on beside the next leader's for 6 s; issue 30:
+// the lease is an absolute time, one function computes it).
 func TestLeaderLeasesItsHead(t *testing.T) {
 	g := newTierRig(t)
 	g.join("100", 1)
@@ -507,26 +519,27 @@ func TestLeaderLeasesItsHead(t *testing.T) {
 	m102 := g.join("102", 3)
 	g.until("member 102 leads", func() bool { return g.leader() == m102 })
 	e := g.cfg.Elastic
+	leadEnd := func() time.Time { return m102.r.agent.Self().LeaseExpires.Add(-e.Skew - tier.LeadMargin) }
 	h := m102.running()
-	if got := h.plan.Head.Lease; got <= 0 || got > e.Lease-e.Skew {
-		t.Fatalf("the head started with lease %s, want (0, %s]", got, e.Lease-e.Skew)
+	if got := h.plan.Head.LeaseUntil; !got.After(g.clk.Now()) || got.After(leadEnd()) {
+		t.Fatalf("the head started with its lease until %s, want after now (%s) and by the lead's end %s", got, g.clk.Now(), leadEnd())
 	}
 	g.round()
-	if l := h.leased(); len(l) == 0 || l[len(l)-1] != e.Lease-e.Skew {
-		t.Fatalf("a tick renewed the head's lease %v, want %s last", l, e.Lease-e.Skew)
+	if l := h.leased(); len(l) == 0 || !l[len(l)-1].Equal(leadEnd()) {
+		t.Fatalf("a tick renewed the head's lease %v, want until %s last", l, leadEnd())
 	}
-	before := len(h.leased())
+	last, before := leadEnd(), len(h.leased())
 	m102.r.agent.files = failWrites{m102.r.agent.files}
 	for i := 0; i < int((e.Lease+e.Skew)/time.Second)+2; i++ {
 		g.round()
 	}
-	after := h.leased()[before:]
-	want := []time.Duration{}
-	for d := e.Lease - e.Skew - time.Second; d > 0; d -= time.Second {
-		want = append(want, d)
+	for _, until := range h.leased()[before:] {
+		if until.After(last) {
+			t.Errorf("the head's lease was renewed until %s once the member file could not be written; the lead ended %s", until, last)
+		}
 	}
-	if d := cmp.Diff(want, after); d != "" {
-		t.Errorf("renewals once the member file could not be written (-want +got):\n%s", d)
+	if req := h.stopReq(); req.Reason != "no longer leads" {
+		t.Errorf("the head was stopped with %+v, want for no longer leading", req)
 	}
 }
 
@@ -542,7 +555,7 @@ func TestOperatorAsksToGrowAndHandOver(t *testing.T) {
 	m102 := g.join("102", 3)
 	g.until("member 102 leads on two nodes", func() bool {
 		l := g.leader()
-		return l == m102 && l.running().serving == "2 of 3 nodes, context 65536"
+		return l == m102 && l.running().Serving == "2 of 3 nodes, context 65536"
 	})
 	ask := func(action string) {
 		if err := NewStore(g.dir, "reasoning", nil).WriteRequest(members.Request{Schema: SchemaVersion, Action: action, At: g.clk.Now()}); err != nil {
@@ -561,7 +574,7 @@ func TestOperatorAsksToGrowAndHandOver(t *testing.T) {
 	ask(members.RequestGrow)
 	g.until("a head on three nodes", func() bool {
 		l := g.leader()
-		return l == m102 && l.running() != h && l.running().serving == "3 of 3 nodes, context 131072"
+		return l == m102 && l.running() != h && l.running().Serving == "3 of 3 nodes, context 131072"
 	})
 	if req := h.stopReq(); req.SkipDrain || !strings.Contains(string(req.Reason), "asked by an operator") {
 		t.Errorf("the head was stopped with %+v, want a drain asked by an operator", req)

@@ -234,12 +234,13 @@ func (l *Life) runOnce(ctx context.Context, t Tier) (Outcome, bool) {
 // resubmits it, with backoff).
 func (l *Life) afterGiveUp(ctx context.Context, gaveUp error) Outcome {
 	log, alloc := l.opts.Log, l.opts.Alloc
-	cctx, cancel := context.WithTimeout(ctx, l.timing.PollTimeout)
-	down, err := l.opts.Slurm.NodesDown(cctx, alloc.Nodes)
-	cancel()
+	down, err := l.nodesDown(ctx)
 	var bad *supervisor.NodeError
 	if (err != nil || !down) && errors.As(gaveUp, &bad) && !l.record.wasReady() {
 		return l.requeueFromNode(ctx, bad)
+	}
+	if err != nil {
+		log.Error("cannot ask Slurm whether a node of the job is down: ending the job (the keeper resubmits it)", "error", err)
 	}
 	if err != nil || !down {
 		l.record.end(CauseUnknown)
@@ -252,6 +253,30 @@ func (l *Life) afterGiveUp(ctx context.Context, gaveUp error) Outcome {
 		return GaveUp
 	}
 	return Stopped
+}
+
+// nodesDownTries is how many times Slurm is asked whether a node of the
+// job is down before the job ends for want of an answer: a node that just
+// failed is when slurmctld is slowest to answer.
+const nodesDownTries = 3
+
+// nodesDown asks Slurm whether a node of the job is down, again after
+// RequeueRetry when it does not answer, nodesDownTries times in all.
+func (l *Life) nodesDown(ctx context.Context) (bool, error) {
+	var err error
+	for try := 1; ; try++ {
+		cctx, cancel := context.WithTimeout(ctx, l.timing.PollTimeout)
+		var down bool
+		down, err = l.opts.Slurm.NodesDown(cctx, l.opts.Alloc.Nodes)
+		cancel()
+		if err == nil || try == nodesDownTries {
+			return down, err
+		}
+		l.opts.Log.Warn("cannot ask Slurm whether a node of the job is down: asking again", "try", try, "error", err)
+		if !sleepCtx(ctx, l.timing.RequeueRetry) {
+			return false, err
+		}
+	}
 }
 
 // requeueFromNode requeues a job whose tier gave up, never ready, on a

@@ -1,10 +1,13 @@
 package job
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -245,6 +248,57 @@ func TestGaveUpOnUnusableNodeRequeues(t *testing.T) {
 			}
 			if d := cmp.Diff(tt.want, got); d != "" || sl.requeues != tt.wantRequeues {
 				t.Errorf("%d requeues, want %d; outcomes (-want +got):\n%s", sl.requeues, tt.wantRequeues, d)
+			}
+		})
+	}
+}
+
+// flakySlurm is scriptedSlurm whose NodesDown fails errs times, then says
+// a node is down; asked counts the questions.
+type flakySlurm struct {
+	*scriptedSlurm
+	errs  int
+	asked *int
+}
+
+func (f flakySlurm) NodesDown(context.Context, []string) (bool, error) {
+	if *f.asked++; *f.asked <= f.errs {
+		return false, errors.New("slurm_load_node error: Socket timed out on send/recv operation")
+	}
+	return true, nil
+}
+
+// Regression (issue 30, lower): afterGiveUp dropped NodesDown's error: a
+// job whose tier gave up because a node was lost ended as unknown, with
+// nothing logged, when Slurm did not answer once (a node that just failed
+// is when slurmctld is slowest). Slurm is asked again; when it never
+// answers, the job ends and the log says why.
+func TestNodesDownUnansweredIsAskedAgainAndLogged(t *testing.T) {
+	tests := []struct {
+		name         string
+		errs         int
+		want         Outcome
+		wantRequeues int
+		wantLog      string
+	}{
+		{name: "no answer once: asked again, requeued", errs: 1, want: Stopped, wantRequeues: 1, wantLog: "asking again"},
+		{name: "never an answer: the job ends, and the log says why", errs: 100, want: GaveUp,
+			wantLog: "cannot ask Slurm whether a node of the job is down: ending the job"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sl := &scriptedSlurm{}
+			sl.show = func(int) slurm.JobInfo {
+				return slurm.JobInfo{State: slurm.JobRunning, Requeue: true, Restarts: sl.requeues}
+			}
+			asked := 0
+			var buf bytes.Buffer
+			opts := testOptions(flakySlurm{sl, tt.errs, &asked}, make(chan os.Signal, 1), filepath.Join(t.TempDir(), "t-7.state"))
+			opts.Log = hclog.New(&hclog.LoggerOptions{Output: &buf})
+			out := New(opts).Run(context.Background(), failingTier{}, nil)
+			if out != tt.want || sl.requeues != tt.wantRequeues || !strings.Contains(buf.String(), tt.wantLog) {
+				t.Errorf("outcome %v, %d requeues, NodesDown asked %d times, log %q; want %v, %d requeues, a log line with %q",
+					out, sl.requeues, asked, buf.String(), tt.want, tt.wantRequeues, tt.wantLog)
 			}
 		})
 	}

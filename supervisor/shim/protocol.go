@@ -103,14 +103,16 @@ type Event struct {
 const (
 	CommandStop    = "stop"
 	CommandStopNow = "stop-now"
-	// CommandLease renews the child's lease: "lease 4.5s" lets it run 4.5 s
-	// more unless renewed again (Config.Lease).
+	// CommandLease renews the child's lease to an absolute time on the
+	// node's clock: "lease 2026-11-23T12:00:20.5Z" lets it run until then
+	// unless renewed again (Config.LeaseUntil).
 	CommandLease = "lease"
 )
 
-// LeaseCommand is the line that renews a shim's lease on its child for d.
-func LeaseCommand(d time.Duration) []byte {
-	return []byte(CommandLease + " " + d.String() + "\n")
+// LeaseCommand is the line that renews a shim's lease on its child until
+// the time until.
+func LeaseCommand(until time.Time) []byte {
+	return []byte(CommandLease + " " + until.UTC().Format(time.RFC3339Nano) + "\n")
 }
 
 // StopCommand is the line that asks a shim to stop its child: gracefully

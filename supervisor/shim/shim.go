@@ -65,15 +65,17 @@ type Config struct {
 	// exit status PortBusyStatus); once the child holds it, EventListening
 	// says so.
 	Port int
-	// Lease, when positive, is how long the child may run unless the
-	// supervisor renews the lease ("lease D" on stdin, each from the moment
-	// it arrives): when it runs out the child is killed at once (SIGKILL to
-	// its group). An elastic tier's leader leases its head so: a leader
-	// whose supervisor is frozen (SIGSTOP, a hung NFS mount) cannot stop
-	// its head before its member lease ends, and the next leader would
-	// start a second head; the shim, on the head's node, does it instead.
-	// Zero: no lease.
-	Lease time.Duration
+	// LeaseUntil, when set, is when the child's lease ends unless the
+	// supervisor renews it ("lease T" on stdin, T an absolute time on this
+	// node's clock): at T the child is killed at once (SIGKILL to its
+	// group). An elastic tier's leader leases its head so, until its lead
+	// ends (elastic.Timing.LeadEnd): a leader whose supervisor is frozen
+	// (SIGSTOP) or whose member-file write hangs cannot stop its head
+	// before the next leader may start one; the shim, on the head's node
+	// (the leader's own: the same clock), does it instead. The deadline is
+	// absolute so that no hop on its way (the supervisor's goroutines,
+	// srun's stdin) can lengthen it. Zero: no lease.
+	LeaseUntil time.Time
 	// Now stamps the markers; nil means time.Now.
 	Now    func() time.Time
 	Logger hclog.Logger
@@ -117,8 +119,6 @@ func (c Config) validate() error {
 		return errors.New("shim: Stdin, Stdout, Stderr and Signals are required")
 	case c.Port < 0 || c.Port > 65535:
 		return fmt.Errorf("shim: port %d out of range", c.Port)
-	case c.Lease < 0:
-		return fmt.Errorf("shim: lease %s is negative", c.Lease)
 	}
 	return nil
 }
@@ -151,9 +151,16 @@ type holder struct {
 	eof      bool
 	hold     *time.Timer
 	grace    *time.Timer
-	// lease runs out when the supervisor stops renewing (Config.Lease).
-	lease *time.Timer
+	// lease wakes the loop to check the lease's end, leaseEnd
+	// (Config.LeaseUntil, then each renewal); nil without a lease.
+	lease    *time.Timer
+	leaseEnd time.Time
 }
+
+// leaseCheck bounds how long the lease timer sleeps: the deadline is on
+// the wall clock, a timer on the monotonic one, so a clock step (NTP) is
+// seen within this.
+const leaseCheck = time.Second
 
 func (r *holder) run() int {
 	if status, busy := r.portBusy(); busy {
@@ -172,9 +179,10 @@ func (r *holder) run() int {
 	}
 	r.pid = pid
 	r.mark(Event{Kind: EventStarted})
-	if r.cfg.Lease > 0 {
-		r.lease = time.NewTimer(r.cfg.Lease)
-		defer r.lease.Stop()
+	if !r.cfg.LeaseUntil.IsZero() {
+		r.leaseEnd = r.cfg.LeaseUntil
+		r.lease = time.NewTimer(r.untilCheck())
+		defer func() { r.lease.Stop() }()
 	}
 	quit := make(chan struct{})
 	defer close(quit)
@@ -261,9 +269,7 @@ func (r *holder) loop(done <-chan childResult, cmds <-chan string, listening <-c
 			r.grace = nil
 			r.kill(ReasonGrace)
 		case <-timerC(r.lease):
-			r.lease = nil
-			r.log.Error("the supervisor did not renew the lease in time: killing the child", "lease", r.cfg.Lease)
-			r.kill(ReasonLease)
+			r.checkLease()
 		case res := <-done:
 			return r.handleExit(res)
 		}
@@ -318,24 +324,46 @@ func (r *holder) handleCommand(line string) {
 	}
 }
 
-// renew extends the lease by d from now. A lease not armed (no --lease)
-// stays off: renewals cannot start one the child was not given.
+// untilCheck is how long the lease timer sleeps before it looks at the
+// lease's end again.
+func (r *holder) untilCheck() time.Duration {
+	return min(max(r.leaseEnd.Sub(r.cfg.Now()), 0), leaseCheck)
+}
+
+// checkLease kills the child once its lease has ended, or sleeps again.
+func (r *holder) checkLease() {
+	if r.stopping {
+		return // already on its way out: the lease has nothing to add
+	}
+	if now := r.cfg.Now(); now.Before(r.leaseEnd) {
+		r.lease.Reset(r.untilCheck())
+		return
+	}
+	r.log.Error("the supervisor did not renew the lease in time: killing the child",
+		"lease_until", r.leaseEnd.UTC().Format(time.RFC3339Nano))
+	r.kill(ReasonLease)
+}
+
+// renew moves the lease's end to the time arg names. A lease not armed (no
+// LeaseUntil) stays off: renewals cannot start one the child was not
+// given.
 func (r *holder) renew(arg string) {
-	d, err := time.ParseDuration(arg)
-	if err != nil || d <= 0 {
+	until, err := time.Parse(time.RFC3339Nano, arg)
+	if err != nil {
 		r.log.Warn("bad lease command ignored", "lease", arg)
 		return
 	}
 	if r.lease == nil || r.stopping {
 		return
 	}
+	r.leaseEnd = until
 	if !r.lease.Stop() {
 		select {
 		case <-r.lease.C:
 		default:
 		}
 	}
-	r.lease.Reset(d)
+	r.lease.Reset(r.untilCheck())
 }
 
 // handleStdinClosed: nobody can send "stop" any more, so a child already

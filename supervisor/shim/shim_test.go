@@ -579,18 +579,20 @@ func TestListeningReported(t *testing.T) {
 }
 
 // TestLeaseKillsTheChildUnlessRenewed: with a lease, the child lives only
-// as long as the supervisor renews it ("lease D" on stdin); a supervisor
-// frozen by SIGSTOP or a hung NFS mount renews nothing, and its child (an
-// elastic leader's head) is killed when the lease runs out, before the next
-// leader starts its own (issue 21, item 1). A lease command without a
-// lease armed starts none.
+// until the time the supervisor last renewed it to ("lease T" on stdin); a
+// supervisor frozen by SIGSTOP or stuck on a hung NFS mount renews nothing,
+// and its child (an elastic leader's head) is killed when the lease ends,
+// before the next leader starts its own (issue 21, item 1). The end is an
+// absolute time: a renewal that arrives late cannot push it past the time
+// it names (issue 30: counted from its arrival, every hop lengthened it). A
+// lease command without a lease armed starts none.
 func TestLeaseKillsTheChildUnlessRenewed(t *testing.T) {
 	ready := []string{"sh", "-c", "echo ready; exec sleep 1000"}
 	t.Run("renewed, it runs; not renewed, it is killed", func(t *testing.T) {
-		h := startShim(t, Config{Lease: time.Second}, ready...)
+		h := startShim(t, Config{LeaseUntil: time.Now().Add(time.Second)}, ready...)
 		h.waitEvent(EventStarted, 1)
 		for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-			if _, err := h.stdin.Write(LeaseCommand(time.Second)); err != nil {
+			if _, err := h.stdin.Write(LeaseCommand(time.Now().Add(time.Second))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -602,10 +604,22 @@ func TestLeaseKillsTheChildUnlessRenewed(t *testing.T) {
 			t.Errorf("the child ended %+v, want killed (SIGKILL) for %s", ev, ReasonLease)
 		}
 	})
+	t.Run("a renewal to a time already past kills at once", func(t *testing.T) {
+		h := startShim(t, Config{LeaseUntil: time.Now().Add(time.Hour)}, ready...)
+		h.waitEvent(EventStarted, 1)
+		end := time.Now().Add(-time.Second) // a renewal that spent longer on its way than the lead had left
+		if _, err := h.stdin.Write(LeaseCommand(end)); err != nil {
+			t.Fatal(err)
+		}
+		ev := h.waitEvent(EventExited, 1)
+		if ev.Reason != ReasonLease || ev.Signal != "SIGKILL" {
+			t.Errorf("the child ended %+v, want killed (SIGKILL) for %s", ev, ReasonLease)
+		}
+	})
 	t.Run("no lease: renewals start none", func(t *testing.T) {
 		h := startShim(t, Config{}, ready...)
 		h.waitEvent(EventStarted, 1)
-		h.stdin.Write(LeaseCommand(10 * time.Millisecond))
+		h.stdin.Write(LeaseCommand(time.Now().Add(10 * time.Millisecond)))
 		time.Sleep(200 * time.Millisecond) // a lease that started would have ended 20 times over
 		if ev, ok := h.find(EventStopping); ok {
 			t.Errorf("a child without a lease was stopped: %+v", ev)

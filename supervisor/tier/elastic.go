@@ -49,8 +49,14 @@ type NodePlan struct {
 	TensorSplit []float64
 }
 
-// minLeadWindow is the least a lease must last beyond the skew margin:
-// the leader renews it every second.
+// LeadMargin is what a leader's lead ends before its lease less the skew:
+// the time its head's shim takes to kill the head and the kernel to reap
+// it (elastic.Timing.LeadEnd). The lead lasts lease - skew - LeadMargin
+// after each renewal.
+const LeadMargin = time.Second
+
+// minLeadWindow is the least the lead must last after a renewal (lease -
+// skew - LeadMargin): the leader renews it every second.
 const minLeadWindow = 2 * time.Second
 
 // defaultElastic is the [elastic] table's defaults.
@@ -108,10 +114,18 @@ func (d *decoder) validateElastic(c *Config) {
 	}
 	d.positive(key("lease"), e.Lease)
 	d.positive(key("skew"), e.Skew)
-	// A leader leads until skew before its lease ends, renewing it every
-	// second: the lease must leave room for that.
-	if e.Lease > 0 && e.Skew > 0 && e.Lease < e.Skew+minLeadWindow {
-		d.fail(d.blame(key("lease"), key("skew")), "lease (%s) must be at least skew (%s) + %s", e.Lease, e.Skew, minLeadWindow)
+	// A leader leads until skew and the margin before its lease ends,
+	// renewing it every second: the lease must leave room for that.
+	if e.Lease > 0 && e.Skew > 0 && e.Lease < e.Skew+LeadMargin+minLeadWindow {
+		d.fail(d.blame(key("lease"), key("skew")), "lease (%s) must be at least skew (%s) + %s margin + %s", e.Lease, e.Skew, LeadMargin, minLeadWindow)
+	}
+	// The leader asks its head how busy it is off its own goroutine, but an
+	// answer that takes longer than the lead lasts speaks of a head that may
+	// be gone by then (issue 30: with 5 s, the default lease and skew, the
+	// renewals came after the head's lease had run out).
+	if lead := e.Lease - e.Skew - LeadMargin; lead >= minLeadWindow && c.Timeouts.HealthTimeout > lead {
+		d.fail(d.blame(toml.Key{"timeouts", "health_timeout"}, key("lease"), key("skew")),
+			"health_timeout (%s) must fit in the lead: lease (%s) - skew (%s) - %s margin = %s", c.Timeouts.HealthTimeout, e.Lease, e.Skew, LeadMargin, lead)
 	}
 	if e.GrowAfter < 0 {
 		d.fail(key("grow_after"), "must not be negative (0 means never)")

@@ -83,8 +83,12 @@ func TestElasticConfigErrors(t *testing.T) {
 		{name: "min_workers has no meaning", from: "log_dir = \"/l\"\n", to: "log_dir = \"/l\"\nmin_workers = 2\n",
 			want: "min_workers: not used by an elastic tier"},
 		{name: "elastic single tier", from: `kind = "distributed"`, to: `kind = "single"`, want: `only a distributed tier can be elastic`},
-		{name: "a lease that leaves no time to lead", from: "members = 3", to: "members = 3\nlease = \"6s\"\nskew = \"5s\"",
-			want: "elastic.lease: lease (6s) must be at least skew (5s) + 2s"},
+		{name: "a lease that leaves no time to lead", from: "members = 3", to: "members = 3\nlease = \"7s\"\nskew = \"5s\"",
+			want: "elastic.lease: lease (7s) must be at least skew (5s) + 1s margin + 2s"},
+		// Issue 30: with 5 s the renewals of the head's lease came after it
+		// had run out, and its shim killed a serving head at every cycle.
+		{name: "a health timeout longer than the lead", from: "[elastic]\n", to: "[timeouts]\nhealth_timeout = \"5s\"\n\n[elastic]\n",
+			want: "timeouts.health_timeout: health_timeout (5s) must fit in the lead: lease (10s) - skew (5s) - 1s margin = 4s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -56,7 +56,8 @@ func formatElasticHeader(b *strings.Builder, c *Config, full *Plan, members []Me
 	fmt.Fprintf(b, "  members   %d one-node jobs: %s (%s leads here; in the tier, the youngest usable member leads)\n",
 		e.Members, nodeNames(members), members[0].Node)
 	fmt.Fprintf(b, "  model     %s (every member checks it can read it: any member may lead)\n", e.Model)
-	fmt.Fprintf(b, "  lead      lease %s, skew %s (a leader leads until skew before its lease ends)\n", e.Lease, e.Skew)
+	fmt.Fprintf(b, "  lead      lease %s, skew %s (a leader leads until skew + %s before its lease ends: %s after each renewal)\n",
+		e.Lease, e.Skew, LeadMargin, e.Lease-e.Skew-LeadMargin)
 	grow := "never (grow_after 0): a smaller plan stays until the head restarts"
 	if e.GrowAfter > 0 {
 		grow = fmt.Sprintf("after %s with no request in flight, to the plan for the members back", e.GrowAfter)

@@ -71,11 +71,12 @@ type Process struct {
 	Env  map[string]string
 	// SrunArgs are extra srun options from the config (e.g. "--gres=gpu:1").
 	SrunArgs []string
-	// Lease, when positive, is how long the process may run unless the
-	// supervisor renews its lease (supervisor.Runner.Lease; the step's
-	// shim kills it otherwise, shim.Config.Lease). An elastic leader's head
-	// has one; zero: none.
-	Lease time.Duration
+	// LeaseUntil, when set, is when the process's lease ends unless the
+	// supervisor renews it (supervisor.Runner.Lease; the step's shim kills
+	// it then, shim.Config.LeaseUntil): an absolute time on the clock of the
+	// process's node, which for an elastic leader's head is the leader's
+	// own. An elastic leader's head has one; zero: none.
+	LeaseUntil time.Time
 	// StepName names the srun step: "<tier>-head", "<tier>-rpc-<node>".
 	StepName string
 	// LogPath is the file the process's output goes to.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +24,9 @@ const OpenAINode = "4.104.0"
 //go:embed testdata/openai_stream.mjs
 var openaiStream []byte
 
+//go:embed testdata/openai_calls.mjs
+var openaiCalls []byte
+
 // Node streams chat completions through the official OpenAI Node SDK, the
 // client most users of an OpenAI URL have: a script (testdata/
 // openai_stream.mjs) run by node, the package installed by npm into a
@@ -30,6 +34,7 @@ var openaiStream []byte
 type Node struct {
 	node   string // the node binary
 	script string // the script, in the directory holding node_modules/openai
+	calls  string // testdata/openai_calls.mjs, beside it
 }
 
 // NeedNode returns the harness, installing the SDK at its first use on
@@ -58,13 +63,15 @@ func NeedNode(t testing.TB) *Node {
 	if err != nil {
 		missing(err.Error())
 	}
-	script := filepath.Join(dir, "openai_stream.mjs")
-	if b, _ := os.ReadFile(script); !bytes.Equal(b, openaiStream) {
-		if err := os.WriteFile(script, openaiStream, 0o644); err != nil {
-			t.Fatal(err)
+	n := &Node{node: node, script: filepath.Join(dir, "openai_stream.mjs"), calls: filepath.Join(dir, "openai_calls.mjs")}
+	for path, want := range map[string][]byte{n.script: openaiStream, n.calls: openaiCalls} {
+		if b, _ := os.ReadFile(path); !bytes.Equal(b, want) {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	return &Node{node: node, script: script}
+	return n
 }
 
 // installOpenAI installs the SDK into <user cache>/slurm-llm/openai-node-
@@ -167,4 +174,57 @@ func CurlStream(base, model string, maxTokens int, progress func(int)) Seen {
 		s.Err = fmt.Errorf("curl: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return s
+}
+
+// Call is what one call through the SDK gave (testdata/openai_calls.mjs):
+// Op is the call as asked; Models the list (models); Status, Tier (the
+// answer's X-LLM-Tier), Model and Content a chat completion's (chat:MODEL);
+// Chunks how many a stream gave before it was abandoned (abort:MODEL:N);
+// Error what the SDK threw, if it did.
+type Call struct {
+	Op     string `json:"op"`
+	Models []struct {
+		ID   string `json:"id"`
+		Tier string `json:"tier"`
+	} `json:"models"`
+	Status  int    `json:"status"`
+	Tier    string `json:"tier"`
+	Model   string `json:"model"`
+	Content string `json:"content"`
+	Chunks  int    `json:"chunks"`
+	Aborted bool   `json:"aborted"`
+	Error   *struct {
+		Message string `json:"message"`
+		Name    string `json:"name"`
+		Status  int    `json:"status"`
+	} `json:"error"`
+}
+
+// Calls runs ops through the SDK configured with baseURL, as a user sets
+// it (http://HOST:PORT/v1, or a tier's http://HOST:PORT/reasoning/v1), one
+// after the other, and returns what each gave: "models" lists the models,
+// "chat:MODEL" asks one chat completion, "abort:MODEL:N" streams one and
+// abandons it after N chunks.
+func (n *Node) Calls(baseURL string, ops ...string) ([]Call, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.node, append([]string{n.calls, baseURL}, ops...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("node openai_calls.mjs: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var calls []Call
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var c Call
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			return nil, fmt.Errorf("node openai_calls.mjs: line %q: %w", line, err)
+		}
+		calls = append(calls, c)
+	}
+	if len(calls) != len(ops) {
+		return calls, fmt.Errorf("node openai_calls.mjs: %d answers to %d calls: %s", len(calls), len(ops), out)
+	}
+	return calls, nil
 }

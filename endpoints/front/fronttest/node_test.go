@@ -1,9 +1,13 @@
 package fronttest
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -61,5 +65,56 @@ func TestCurlStream(t *testing.T) {
 	}
 	if err := CurlStream(sseHead(t, 5, 0).URL, "m", 5, nil).Whole(5); err != nil {
 		t.Errorf("a whole answer through curl: %v", err)
+	}
+}
+
+// The harness's calls through the SDK: the models listed, a chat answer
+// with its X-LLM-Tier, a refusal as the error the SDK throws, a stream
+// abandoned after its chunks.
+func TestNodeSDKCalls(t *testing.T) {
+	node := NeedNode(t)
+	stream := sseHead(t, 50, 0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-LLM-Tier", "reasoning")
+		body, _ := io.ReadAll(r.Body)
+		var req struct {
+			Model  string `json:"model"`
+			Stream bool   `json:"stream"`
+		}
+		_ = json.Unmarshal(body, &req)
+		switch {
+		case r.URL.Path == "/x/v1/models":
+			fmt.Fprint(w, `{"object":"list","data":[{"id":"big","object":"model","tier":"reasoning"}]}`)
+		case req.Stream:
+			r.URL.Path = "/v1/chat/completions"
+			(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+				u, _ := url.Parse(stream.URL)
+				pr.SetURL(u)
+				pr.Out.Body, pr.Out.ContentLength = io.NopCloser(strings.NewReader(string(body))), int64(len(body))
+			}}).ServeHTTP(w, r)
+		case req.Model == "big":
+			fmt.Fprint(w, `{"id":"c","object":"chat.completion","created":1,"model":"big","choices":[{"index":0,"message":{"role":"assistant","content":"tok0 "},"finish_reason":"stop"}]}`)
+		default:
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"error":{"message":"not this tier's model","type":"invalid_request_error","code":400}}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	calls, err := node.Calls(srv.URL+"/x/v1", "models", "chat:big", "chat:small", "abort:big:3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := calls[0].Models; len(m) != 1 || m[0].ID != "big" || m[0].Tier != "reasoning" {
+		t.Errorf("models: %+v", m)
+	}
+	if c := calls[1]; c.Status != 200 || c.Tier != "reasoning" || c.Model != "big" || c.Content != "tok0 " || c.Error != nil {
+		t.Errorf("chat: %+v", c)
+	}
+	if c := calls[2]; c.Error == nil || c.Error.Status != 400 || !strings.Contains(c.Error.Message, "not this tier's model") {
+		t.Errorf("a refused chat: %+v, want the SDK's error with status 400", c)
+	}
+	if c := calls[3]; !c.Aborted || c.Chunks != 3 || c.Error != nil {
+		t.Errorf("abandoned stream: %+v", c)
 	}
 }
