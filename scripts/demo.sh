@@ -6,7 +6,9 @@
 # site on 127.0.0.1:8080 (fast) and :8081 (reasoning), runs llm-upstreams watch and the
 # front door (llm-upstreams front, one URL for both tiers on 127.0.0.1:8090), submits
 # both tiers with the fake llama.cpp, waits until nginx answers a chat completion on both
-# ports and the front door answers both models on its one URL, then provokes two
+# ports and the front door answers both models on its one URL; two users made for the demo
+# (useradd, removed at the end) make keys with munge, one floods the reasoning tier while the
+# other's request goes next (fair share), and `llm-upstreams usage` shows both; then provokes two
 # preemptions with high-priority "VASP" jobs: a one-node job on the fast tier's node while
 # other nodes have room (the keeper releases the requeued job and the tier is back on
 # another node in seconds; clients of the front door meanwhile wait instead of getting a
@@ -108,7 +110,7 @@ rm -f "$EP_DIR"/*.json
 rm -rf "${DEMO_DIR:?}/state"
 mkdir -p "$DEMO_DIR/state" # the front door keeps its usage database there and does not make the directory
 
-jobs_started=()
+jobs_started=() demo_users=()
 watch_pid="" keeper_pid="" front_pid=""
 cleanup() {
 	set +e
@@ -130,6 +132,7 @@ cleanup() {
 	[ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null && wait "$watch_pid" 2>/dev/null
 	[ -n "$front_pid" ] && kill "$front_pid" 2>/dev/null && wait "$front_pid" 2>/dev/null
 	[ -n "${prom_pid:-}" ] && kill "$prom_pid" 2>/dev/null && wait "$prom_pid" 2>/dev/null
+	for u in "${demo_users[@]}"; do userdel "$u" 2>/dev/null; done
 	[ -f "$DEMO_DIR/nginx.pid" ] && nginx -c "$DEMO_DIR/nginx.conf" -s quit 2>/dev/null
 	if [ $cluster_was_up = 0 ]; then scripts/slurm-cluster.sh down >/dev/null; fi
 	info "done; logs are in $STATE/logs and $DEMO_DIR"
@@ -185,6 +188,8 @@ fast-tiny = "/var/lib/slurm-llm/models/fast-tiny.gguf"
 [front.tiers.reasoning]
 models = ["OR1-Behemoth"]
 prefix = "/reasoning"   # the seed's URL of the tier, as shipped
+[front.auth]
+slurm_accounts = false   # the test cluster has no slurmdbd: keys name their user, no Slurm account
 EOF
 }
 upstreams_conf '["true"]' >"$DEMO_DIR/upstreams-first.toml"
@@ -293,6 +298,51 @@ info ":8090/reasoning/v1/chat/completions (the seed's URL; [front.tiers.reasonin
 say "status"
 llm-supervisor status --endpoint-dir "$EP_DIR" | sed 's/^/           /'
 llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | sed 's/^/           /'
+
+# ---------------------------------------------------------------- who uses it
+say "who uses it: keys made with munge, a fair share of a busy tier, usage per user"
+declare -A key
+for u in sllm-demo-alice sllm-demo-bob; do
+	userdel "$u" 2>/dev/null || true # a leftover of a killed demo
+	useradd --system --no-create-home --shell /usr/sbin/nologin "$u" || die "useradd $u"
+	demo_users+=("$u")
+	out=$(runuser -u "$u" -- "$(command -v llm-upstreams)" key create --url http://127.0.0.1:8090 --note demo 2>"$DEMO_DIR/key.err") ||
+		die "llm-upstreams key create as $u: $(cat "$DEMO_DIR/key.err")"
+	key[$u]=$(head -n1 <<<"$out")
+	info "$u (a user made for the demo) runs llm-upstreams key create: munge proves its uid to the front door;" \
+		"it answers a key, ${key[$u]:0:14}… (shown once), $(grep '^id ' <<<"$out")"
+done
+ask() { # ask USER: one OR1-Behemoth chat completion with USER's key; prints the seconds it took, or stops the demo
+	curl -sf -o /dev/null -w '%{time_total}\n' --max-time 120 http://127.0.0.1:8090/v1/chat/completions \
+		-H "Authorization: Bearer ${key[$1]}" -H 'Content-Type: application/json' \
+		-d '{"model":"OR1-Behemoth","messages":[{"role":"user","content":"Say hello."}],"max_tokens":16}' || die "no answer for $1"
+}
+alone=$(printf '%.2f' "$(ask sllm-demo-alice)")
+: >"$DEMO_DIR/flood.times"
+flood=()
+for _ in $(seq 12); do
+	ask sllm-demo-alice >>"$DEMO_DIR/flood.times" &
+	flood+=($!)
+done
+flooding() { # llm-upstreams status shows 8 or more of alice's requests waiting in the front door
+	flood_status=$(llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null) || return 1
+	awk '$1 == "reasoning" && $2 == "sllm-demo-alice" && $4 >= 8 { ok = 1 } END { exit !ok }' <<<"$flood_status"
+}
+wait_for "alice's requests waiting in the front door" 20 flooding
+info "sllm-demo-alice sends 12 requests at once to OR1-Behemoth (one slot; one answer alone takes ${alone} s); llm-upstreams status:"
+sed -n '/^FRONT DOOR/,/^$/p' <<<"$flood_status" | sed 's/^/             /'
+bob=$(printf '%.2f' "$(ask sllm-demo-bob)")
+wait "${flood[@]}"
+behind=$(awk -v t="$alone" '$1 == "reasoning" && $2 == "sllm-demo-alice" { printf "%d of hers waiting: about %.1f s", $4, $4 * t }' <<<"$flood_status")
+info "sllm-demo-bob sends one meanwhile: answered in ${bob} s (fair share: the user with the fewest requests on a head" \
+	"goes next; in arrival order he would have waited behind the $behind); hers took up to $(sort -n "$DEMO_DIR/flood.times" | tail -n1 | xargs printf '%.2f') s"
+counted() { # llm-upstreams usage has every request of the two (the database is written in batches, at most 1 s apart)
+	used=$(llm-upstreams usage --since 1h --config "$DEMO_DIR/upstreams.toml" 2>/dev/null) || return 1
+	awk '$1 == "sllm-demo-alice" && $3 == 13 { a = 1 } $1 == "sllm-demo-bob" && $3 == 1 { b = 1 } END { exit !(a && b) }' <<<"$used"
+}
+wait_for "the usage database to have both users' requests" 10 counted
+info "llm-upstreams usage --since 1h (usage.db in state_dir, written off the request path; '-' is anonymous):"
+sed 's/^/             /' <<<"$used"
 
 # ---------------------------------------------------------------- preemption
 if [ $preempt = 0 ]; then

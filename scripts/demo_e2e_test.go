@@ -15,7 +15,9 @@ import (
 )
 
 // TestDemoE2E runs `make demo`'s path (scripts/demo.sh) on the local cluster: both tiers
-// come up and answer through nginx; a one-node high-priority job preempts the fast tier,
+// come up and answer through nginx; two users made for the demo make keys with munge, one
+// floods the reasoning tier while the other's request goes next, and both show in
+// `llm-upstreams usage`; a one-node high-priority job preempts the fast tier,
 // which the keeper releases and which comes back on another node; under load the fast
 // tier grows to three replicas, a science job takes one (no request fails) and it shrinks
 // back to one; the elastic reasoning tier loses one member to a science job, serves on the
@@ -59,6 +61,10 @@ func TestDemoE2E(t *testing.T) {
 		"Restarts=1",              // reasoning: one
 		"PREEMPTIONS",             // the availability report
 		"demo finished",           // and the demo ran to its end
+
+		"runs llm-upstreams key create: munge proves its uid", // a key made with munge, as a user made for the demo
+		"sllm-demo-bob sends one meanwhile: answered in",      // a flood by one user, another's request beside it
+		" sllm-demo-bob ", // and both users in llm-upstreams usage
 	}
 	if strings.Contains(text, "replicas: skipped") {
 		t.Log("a loopback cluster was up: the demo skipped its replicas step")
