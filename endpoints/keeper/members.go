@@ -18,9 +18,14 @@ import (
 // leader, and what the leader's head serves with.
 type MembersView struct {
 	Tier string
-	// Term is the highest term; Leader the job leading it ("" when none).
-	Term   int
-	Leader string
+	// Term is the highest term number among the term files' names, as the
+	// members choose the next one; Leader the job leading it ("" when
+	// none). TermUnread: that term's file could not be read (it is among
+	// Ignored), and its leader is known only from a member file that says
+	// it leads that term, as the members themselves judge.
+	Term       int
+	TermUnread bool
+	Leader     string
 	// Serving is the leader's endpoint's account of its plan ("3 of 3
 	// nodes, context 131072"); "" when it has published none.
 	Serving string
@@ -54,8 +59,8 @@ func (k *Keeper) Members() []MembersView {
 			out = append(out, v)
 			continue
 		}
-		v.Term, v.Members, v.Ignored = c.Term.N, c.Members, c.Ignored
-		if m, ok := leader(c, k.now()); ok {
+		v.Term, v.TermUnread, v.Members, v.Ignored = max(c.Term.N, c.Top), c.Top > c.Term.N, c.Members, c.Ignored
+		if m, ok := leader(c.Members, v.Term, k.now()); ok {
 			v.Leader = m.JobID
 			path := filepath.Join(k.cfg.EndpointDir, endpoints.FileName(name, m.JobID))
 			if e, err := endpoints.ReadFile(path, endpoints.ReadOptions{AllowedUIDs: []uint32{k.owner}}); err == nil {
@@ -67,10 +72,10 @@ func (k *Keeper) Members() []MembersView {
 	return out
 }
 
-// leader is the member that leads the current term with a live lease.
-func leader(c members.Contents, now time.Time) (members.Member, bool) {
-	for _, m := range c.Members {
-		if m.Leads && m.Term == c.Term.N && m.Live(now) {
+// leader is the member that leads term with a live lease.
+func leader(ms []members.Member, term int, now time.Time) (members.Member, bool) {
+	for _, m := range ms {
+		if m.Leads && m.Term == term && m.Live(now) {
 			return m, true
 		}
 	}
@@ -89,7 +94,11 @@ func WriteMembers(w io.Writer, views []MembersView, now time.Time) error {
 		if v.Leader != "" {
 			leader = "job " + v.Leader
 		}
-		fmt.Fprintf(w, " (term %d, leader %s", v.Term, leader)
+		fmt.Fprintf(w, " (term %d", v.Term)
+		if v.TermUnread {
+			fmt.Fprint(w, ", its file unreadable")
+		}
+		fmt.Fprintf(w, ", leader %s", leader)
 		if v.Serving != "" {
 			fmt.Fprintf(w, ", serving on %s", v.Serving)
 		}

@@ -326,7 +326,7 @@ func (k *Keeper) liveCounts() (live, leading map[string]int) {
 				}
 			}
 			out[name] = n
-			if _, ok := leader(c, now); ok {
+			if _, ok := leader(c.Members, max(c.Term.N, c.Top), now); ok {
 				leading[name] = 1
 			} else {
 				leading[name] = 0
