@@ -73,6 +73,11 @@ func TestE2EFrontCurlExpectContinueOnALoadingHead(t *testing.T) {
 	if n, _ := strconv.Atoi(m[2]); n < 2 {
 		t.Errorf("attempts=%d: the loading head's 503 was not retried (the head was loading when curl started)", n)
 	}
+	// Bodies like this one are what the soft memory limit is for: the
+	// shipped max_body_bytes_in_flight (256 MiB) + 128 MiB.
+	if got := w.metric("go_gc_gomemlimit_bytes"); got != 384<<20 {
+		t.Errorf("go_gc_gomemlimit_bytes = %v, want %d (max_body_bytes_in_flight + 128 MiB)", got, 384<<20)
+	}
 }
 
 // TestE2EFrontSeedURLs: the site's clients call
