@@ -230,7 +230,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // measured in turn, 1.5 s each, in 4 rounds, so that drift on a busy
 // machine hits all alike; it prints each one's p50 and p99, what each
 // proxy adds at p50 and p99, and each proxy's CPU time and context
-// switches per request.
+// switches per request, and the front doors' heap allocations per request.
 func BenchmarkE2EFrontLatency(b *testing.B) {
 	w := newBenchWorld(b)
 	n := nginxtest.Start(b, filepath.Join("..", "..", "etc", "nginx", "slurm-llm.conf"), 1)
@@ -242,13 +242,22 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 	}
 	nginx := fmt.Sprintf("http://127.0.0.1:%d", n.Fast)
 	waitOK(b, nginx+"/v1/models")
+	// Each front door serves /metrics, whose go_memstats_mallocs_total
+	// gives its allocations per request (one scrape per measurement among
+	// thousands of requests).
+	raw, _ := os.ReadFile(cfg)
+	listen := fmt.Sprintf("listen = \"127.0.0.1:%d\"", fport)
+	mport, amport := faketest.FreePort(b), faketest.FreePort(b)
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(raw), listen,
+		fmt.Sprintf("%s\nmetrics_listen = \"127.0.0.1:%d\"", listen, mport), 1)), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	front, proc := w.front(b, cfg, fport)
 	// The same front door on every core (max_procs = 0, Go's default).
 	aport := faketest.FreePort(b)
 	acfg := strings.TrimSuffix(cfg, ".toml") + "-allcores.toml"
-	raw, _ := os.ReadFile(cfg)
-	raw = []byte(strings.Replace(string(raw), fmt.Sprintf("listen = \"127.0.0.1:%d\"", fport),
-		fmt.Sprintf("listen = \"127.0.0.1:%d\"\nmax_procs = 0", aport), 1))
+	raw = []byte(strings.Replace(string(raw), listen,
+		fmt.Sprintf("listen = \"127.0.0.1:%d\"\nmetrics_listen = \"127.0.0.1:%d\"\nmax_procs = 0", aport, amport), 1))
 	if err := os.WriteFile(acfg, raw, 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -256,8 +265,10 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 	direct := fmt.Sprintf("http://127.0.0.1:%d", head)
 	targets := []struct {
 		name, url string
-		pgid      int // the proxy's process group, for its CPU time
-	}{{"direct", direct, 0}, {"front", front, proc.Process.Pid}, {"front*", allCores, aproc.Process.Pid}, {"nginx", nginx, n.PID}}
+		pgid      int    // the proxy's process group, for its CPU time
+		metrics   string // a front door's /metrics, for its allocations
+	}{{"direct", direct, 0, ""}, {"front", front, proc.Process.Pid, fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)},
+		{"front*", allCores, aproc.Process.Pid, fmt.Sprintf("http://127.0.0.1:%d/metrics", amport)}, {"nginx", nginx, n.PID, ""}}
 	for i := 0; i < b.N; i++ {
 		for _, kind := range []struct{ name, body string }{
 			{"chat", `{"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`},
@@ -267,15 +278,17 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 				res := map[string][]time.Duration{}
 				cpu := map[string]time.Duration{}
 				switches := map[string]int64{}
+				allocs := map[string]float64{}
 				for _, t := range targets {
 					latencies(b, t.url, kind.body, clients, 300*time.Millisecond) // warm the connections
 				}
 				for range 4 {
 					for _, t := range targets {
-						before, sw := groupCPU(b, t.pgid), groupSwitches(t.pgid)
+						before, sw, al := groupCPU(b, t.pgid), groupSwitches(t.pgid), mallocs(b, t.metrics)
 						res[t.name] = append(res[t.name], latencies(b, t.url, kind.body, clients, 1500*time.Millisecond)...)
 						cpu[t.name] += groupCPU(b, t.pgid) - before
 						switches[t.name] += groupSwitches(t.pgid) - sw
+						allocs[t.name] += mallocs(b, t.metrics) - al
 					}
 				}
 				label := fmt.Sprintf("%s,%d-clients", kind.name, clients)
@@ -287,6 +300,11 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 						cs := float64(switches[t.name]) / float64(len(res[t.name]))
 						perReq = fmt.Sprintf(", per request its CPU %.1f µs and %.2f context switches", us, cs)
 						b.ReportMetric(us, "cpu-us/req("+t.name+","+label+")")
+						if t.metrics != "" {
+							a := allocs[t.name] / float64(len(res[t.name]))
+							perReq += fmt.Sprintf(", %.0f allocations", a)
+							b.ReportMetric(a, "allocs/req("+t.name+","+label+")")
+						}
 					}
 					b.Logf("%-18s %-6s %6d requests: p50 %.3f ms, p99 %.3f ms%s", label, t.name, len(res[t.name]),
 						ms(pct(res[t.name], .5)), ms(pct(res[t.name], .99)), perReq)
@@ -305,6 +323,34 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 
 // groupCPU is the CPU time (user and system) of every process in process
 // group pgid so far; 0 for pgid 0.
+// mallocs is go_memstats_mallocs_total in the /metrics at url (0 for
+// none): the heap allocations a Go process has made since it started.
+func mallocs(b *testing.B, url string) float64 {
+	if url == "" {
+		return 0
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_memstats_mallocs_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				b.Fatalf("%s: go_memstats_mallocs_total %q", url, v)
+			}
+			return f
+		}
+	}
+	b.Fatalf("%s has no go_memstats_mallocs_total", url)
+	return 0
+}
+
 func groupCPU(b *testing.B, pgid int) time.Duration {
 	if pgid == 0 {
 		return 0
