@@ -128,7 +128,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 		case <-ctx.Done():
 		}
 		log.Info("front door serving", "addr", ln.Addr().String())
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(front.Listener(ln)); !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("front door: %w", err)
 		}
 	}()

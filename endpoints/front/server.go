@@ -104,13 +104,14 @@ func New(cfg upstreams.FrontConfig, opts Options) *Server {
 	return s
 }
 
-// headTransport is the transport to the heads: a bounded connect, many
+// headTransport is the transport to the heads: a bounded connect (its
+// connections' reads and writes raw system calls, rawconn_linux.go), many
 // idle connections per head (a head serves many clients through one front
 // door), idle ones dropped before llama-server's keep-alive timeout (5 s
 // in cpp-httplib) would close them under a request.
 func headTransport(connect time.Duration) *http.Transport {
 	return &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         rawDialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     3 * time.Second,
