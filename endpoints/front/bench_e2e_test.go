@@ -87,7 +87,7 @@ func (w *benchWorld) head(b *testing.B, id int, model string, flags ...string) i
 	b.Helper()
 	port := faketest.FreePort(b)
 	startProc(b, append([]string{w.fake, "server", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "-m", model}, flags...), io.Discard)
-	waitOK(b, fmt.Sprintf("http://127.0.0.1:%d/health", port))
+	waitUp(b, fmt.Sprintf("http://127.0.0.1:%d/health", port))
 	now := time.Now().UTC()
 	e := endpoints.Endpoint{Schema: endpoints.SchemaVersion, Tier: "fast", JobID: strconv.Itoa(id), Host: "127.0.0.1",
 		Port: port, State: endpoints.StateReady, Models: []string{model}, Node: "node1", PID: os.Getpid(),
@@ -141,40 +141,23 @@ func (w *benchWorld) front(b *testing.B, cfg string, port int) (string, *exec.Cm
 	b.Helper()
 	cmd := startProc(b, []string{w.bin, "front", "--config", cfg, "--log-level", "warn"}, os.Stderr)
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	waitOK(b, url+"/v1/models")
+	waitUp(b, url+"/v1/models")
 	return url, cmd
-}
-
-func waitOK(b *testing.B, url string) {
-	b.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s never answered 200 (%v)", url, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // latencies runs clients that post body to url for d, each on its
 // kept-alive connection, back to back, and returns every request's
 // latency (to the answer's last byte), sorted; a failure fails the
-// benchmark.
-func latencies(b *testing.B, url, body string, clients int, d time.Duration) []time.Duration {
+// benchmark. With keys, client i sends keys[i%len(keys)] as its bearer
+// token.
+func latencies(b *testing.B, url, body string, keys []string, clients int, d time.Duration) []time.Duration {
 	b.Helper()
 	var mu sync.Mutex
 	var all []time.Duration
 	var failed atomic.Int64
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
-	for range clients {
+	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -182,8 +165,13 @@ func latencies(b *testing.B, url, body string, clients int, d time.Duration) []t
 			defer c.CloseIdleConnections()
 			var mine []time.Duration
 			for time.Now().Before(end) {
+				req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				if len(keys) > 0 {
+					req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
+				}
 				start := time.Now()
-				resp, err := c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				resp, err := c.Do(req)
 				if err == nil {
 					_, err = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
@@ -241,7 +229,7 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 		b.Fatalf("sync: %v\n%s", err, out)
 	}
 	nginx := fmt.Sprintf("http://127.0.0.1:%d", n.Fast)
-	waitOK(b, nginx+"/v1/models")
+	waitUp(b, nginx+"/v1/models")
 	// Each front door serves /metrics, whose go_memstats_mallocs_total
 	// gives its allocations per request (one scrape per measurement among
 	// thousands of requests).
@@ -280,12 +268,12 @@ func BenchmarkE2EFrontLatency(b *testing.B) {
 				switches := map[string]int64{}
 				allocs := map[string]float64{}
 				for _, t := range targets {
-					latencies(b, t.url, kind.body, clients, 300*time.Millisecond) // warm the connections
+					latencies(b, t.url, kind.body, nil, clients, 300*time.Millisecond) // warm the connections
 				}
 				for range 4 {
 					for _, t := range targets {
 						before, sw, al := groupCPU(b, t.pgid), groupSwitches(t.pgid), mallocs(b, t.metrics)
-						res[t.name] = append(res[t.name], latencies(b, t.url, kind.body, clients, 1500*time.Millisecond)...)
+						res[t.name] = append(res[t.name], latencies(b, t.url, kind.body, nil, clients, 1500*time.Millisecond)...)
 						cpu[t.name] += groupCPU(b, t.pgid) - before
 						switches[t.name] += groupSwitches(t.pgid) - sw
 						allocs[t.name] += mallocs(b, t.metrics) - al

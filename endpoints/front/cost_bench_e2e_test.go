@@ -4,13 +4,9 @@ package front_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,12 +65,12 @@ func BenchmarkE2EFrontIdentityCost(b *testing.B) {
 				res := map[string][]time.Duration{}
 				cpu := map[string]time.Duration{}
 				for _, t := range targets {
-					keyedLatencies(b, t.url, kind.body, keys, clients, 300*time.Millisecond) // warm the connections
+					latencies(b, t.url, kind.body, keys, clients, 300*time.Millisecond) // warm the connections
 				}
 				for range 4 {
 					for _, t := range targets {
 						before := groupCPU(b, t.pgid())
-						res[t.name] = append(res[t.name], keyedLatencies(b, t.url, kind.body, keys, clients, 1500*time.Millisecond)...)
+						res[t.name] = append(res[t.name], latencies(b, t.url, kind.body, keys, clients, 1500*time.Millisecond)...)
 						cpu[t.name] += groupCPU(b, t.pgid()) - before
 					}
 				}
@@ -115,55 +111,4 @@ func (t doorTarget) pgid() int {
 		return 0
 	}
 	return t.proc.Process.Pid
-}
-
-// keyedLatencies is latencies with each client sending its own key
-// (keys[i] for client i): every request's latency to the answer's last
-// byte, sorted; a failure fails the benchmark.
-func keyedLatencies(b *testing.B, url, body string, keys []string, clients int, d time.Duration) []time.Duration {
-	b.Helper()
-	var mu sync.Mutex
-	var all []time.Duration
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
-			defer c.CloseIdleConnections()
-			var mine []time.Duration
-			for time.Now().Before(end) {
-				req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
-				start := time.Now()
-				resp, err := c.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("status %d", resp.StatusCode)
-					}
-				}
-				if err != nil {
-					if failed.Add(1) == 1 {
-						b.Logf("%s: %v", url, err)
-					}
-					continue
-				}
-				mine = append(mine, time.Since(start))
-			}
-			mu.Lock()
-			all = append(all, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if f := failed.Load(); f > 0 {
-		b.Fatalf("%s: %d requests failed", url, f)
-	}
-	slices.Sort(all)
-	return all
 }
