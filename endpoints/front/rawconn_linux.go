@@ -20,8 +20,8 @@ import (
 // run what waits; with one processor (max_procs = 1) there is nothing to
 // run, so every request paid for thread wakeups that did nothing. Raw
 // calls do not enter the scheduler: in BenchmarkE2EFrontLatency the front
-// door's context switches per request fell from 5.8 to 2.4 (nginx 2.3)
-// and its CPU from about 218 to 136 µs (README Benchmarks). gVisor's
+// door's context switches per request fell from 5.8 to 2.5 (nginx 2.3)
+// and its CPU from about 218 to 150 µs (README Benchmarks). gVisor's
 // netstack writes to its non-blocking descriptors the same way.
 //
 // The calls themselves are sysRead and sysWrite (rawsys_linux.go; with
@@ -29,7 +29,8 @@ import (
 //
 // Each direction keeps its call's state in the connection (no closure
 // allocated per call), under its own lock: net.Conn allows a Read and a
-// Write at once, and the poller serializes reads with reads.
+// Write at once, and two Reads (or Writes) at once would share the fields
+// before the poller's own lock orders them.
 type rawConn struct {
 	*net.TCPConn
 	rc syscall.RawConn
