@@ -1,6 +1,6 @@
 # slurm-llm — build, test, install.
 #
-#   make build          binaries into ./bin (version stamped from git)
+#   make build          static binaries into ./bin (CGO_ENABLED=0; version stamped from git)
 #   make test           fast tests: no root, no Slurm, no nginx
 #   make e2e            real local Slurm cluster + real nginx (root; starts the cluster)
 #   make e2e-real       the real llama.cpp lane (LLAMA_BIN, TINY_MODEL or LLAMA_MODEL; skipped without)
@@ -8,6 +8,7 @@
 #   make bench          benchmarks, figures printed (root for the real-Slurm/nginx ones)
 #   make demo           the whole thing end to end on this machine (root)
 #   make install        PREFIX=/usr/local DESTDIR=  binaries, configs, units, scripts
+#   make package        .rpm and .deb of slurm-llm-node and slurm-llm-controller into ./dist (nfpm)
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -15,6 +16,11 @@ SYSCONFDIR ?= /etc/slurm-llm
 UNITDIR    ?= /etc/systemd/system
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO         ?= go
+BINDIR     ?= bin
+# Static: no ELF interpreter, no glibc symbol. A cgo build on Debian 12 needs
+# GLIBC_2.32/2.34, and Rocky 8 has 2.28; without cgo, user and group look-ups
+# that Go's pure resolver cannot answer (LDAP, SSSD) go through getent(1).
+export CGO_ENABLED = 0
 LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
@@ -24,9 +30,9 @@ E2E_TIMEOUT ?= 60m
 all: build
 
 build:
-	@mkdir -p bin
+	@mkdir -p $(BINDIR)
 	@for b in $(BINARIES); do \
-		if [ -d cmd/$$b ]; then $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/$$b ./cmd/$$b || exit 1; fi; \
+		if [ -d cmd/$$b ]; then $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BINDIR)/$$b ./cmd/$$b || exit 1; fi; \
 	done
 
 vet:
