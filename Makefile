@@ -25,7 +25,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build test e2e e2e-real check check-shipped vet fmt-check bench fuzz demo install cluster-up cluster-down clean
+.PHONY: all build test e2e e2e-real check check-shipped vet fmt-check bench fuzz demo install package cluster-up cluster-down clean
 
 all: build
 
@@ -89,5 +89,11 @@ demo:
 install: build
 	scripts/install.sh --destdir "$(DESTDIR)" --prefix "$(PREFIX)" --sysconfdir "$(SYSCONFDIR)" --unitdir "$(UNITDIR)"
 
+# .rpm and .deb of slurm-llm-node and slurm-llm-controller (scripts/package.sh; nfpm as a go
+# tool, so no rpmbuild): into dist/, or OUT=DIR.
+OUT ?= dist
+package:
+	scripts/package.sh --out $(OUT)
+
 clean:
-	rm -rf bin
+	rm -rf bin dist

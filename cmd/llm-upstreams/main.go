@@ -67,6 +67,7 @@ type options struct {
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: llm-upstreams sync|watch|front|status [--config FILE] [--json] [--log-level LEVEL] [--log-format text|json]\n"+
+		"       llm-upstreams init [--config FILE]  (writes the upstream files nginx's site includes for tiers that have none yet; no nginx run)\n"+
 		"       llm-upstreams status [--keeper-config FILE]  (text: also the keeper's tiers; default upstreams.toml's keeper_config)\n"+
 		"       llm-upstreams report [--since 7d|36h|RFC3339] [--json] [--config FILE]  (availability per tier, from state_dir's record)\n"+
 		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
@@ -99,7 +100,7 @@ func printHelp(fs *flag.FlagSet, usage func(io.Writer), stdout io.Writer) int {
 
 // commands are the subcommands run parses itself (keep, tier, key,
 // usage and completion parse their own).
-var commands = []string{"sync", "watch", "front", "status", "report"}
+var commands = []string{"sync", "watch", "front", "status", "report", "init"}
 
 // checkLogFlags says what is wrong with --log-format or --log-level
 // ("" when nothing is).
@@ -187,6 +188,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runFront(cfg, o.config, log)
 	case "status":
 		return runStatus(cfg, o, log, stdout)
+	case "init":
+		return runInit(cfg, log, stdout)
 	default: // report
 		return runReport(cfg, *since, o.asJSON, log, stdout)
 	}
@@ -231,6 +234,20 @@ func runSync(cfg upstreams.Config, log hclog.Logger) int {
 	}
 	log.Info("pass done", "endpoints", len(rep.Decisions), "rejected", len(rep.Scan.Rejected),
 		"changed", rep.Changed, "reloaded", rep.Reloaded, "duration", rep.Duration)
+	return exitOK
+}
+
+// runInit writes the placeholder upstream files a fresh install needs
+// before nginx loads the site (the packages' post-install step).
+func runInit(cfg upstreams.Config, log hclog.Logger, stdout io.Writer) int {
+	wrote, err := upstreams.WritePlaceholders(cfg, "llm-upstreams "+version)
+	for _, p := range wrote {
+		fmt.Fprintf(stdout, "wrote %s (no live endpoint yet: 503 until a pass routes the tier)\n", p)
+	}
+	if err != nil {
+		log.Error("init", "error", err)
+		return exitFailed
+	}
 	return exitOK
 }
 
