@@ -48,4 +48,3 @@ func TestPlaceholdersWriteOnlyMissingFiles(t *testing.T) {
 		t.Errorf("an existing upstream file was replaced: %q", got)
 	}
 }
-
