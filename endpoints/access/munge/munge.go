@@ -230,7 +230,8 @@ type Verifier struct {
 }
 
 // Verify decodes cred. A credential refused wraps ErrReplayed, ErrExpired
-// or ErrInvalid; unmunge not answering wraps ErrUnavailable.
+// or ErrInvalid; unmunge not answering, or printing what Parse cannot
+// read, wraps ErrUnavailable.
 func (v Verifier) Verify(ctx context.Context, cred []byte) (Credential, error) {
 	if err := CheckArmor(cred); err != nil {
 		return Credential{}, err
@@ -242,6 +243,7 @@ func (v Verifier) Verify(ctx context.Context, cred []byte) (Credential, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
+	// No -N (--numeric): munge 0.5.13, RHEL 8's, refuses it ("Invalid option").
 	argv := []string{bin, "-k", strings.Join(keys, ",")}
 	out, err := execx.Run(ctx, v.Run, timeout, argv, bytes.TrimSpace(cred))
 	status, c, perr := Parse(out)
