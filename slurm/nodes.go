@@ -40,7 +40,10 @@ func parseNodeStates(out string) map[string]string {
 }
 
 // nodeStateDown: DOWN, FAIL(ING), NOT_RESPONDING, or "*" (not responding).
+// 22.05 on print "+NOT_RESPONDING"; 20.11 puts a "*" after the base state,
+// before its other flags ("IDLE*+DRAIN", src/api/node_info.c at
+// slurm-20-11-9-1), so the '*' is looked for anywhere.
 func nodeStateDown(state string) bool {
-	return strings.HasSuffix(state, "*") || strings.Contains(state, "DOWN") ||
+	return strings.Contains(state, "*") || strings.Contains(state, "DOWN") ||
 		strings.Contains(state, "FAIL") || strings.Contains(state, "NOT_RESPONDING")
 }

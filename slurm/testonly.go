@@ -23,10 +23,15 @@ type StartEstimate struct {
 	Partition string
 }
 
-// testOnlyLine is sbatch --test-only's answer on stderr (22.05.8):
-// "sbatch: Job 722 to start at 2026-11-23T17:35:43 using 1 processors on
-// nodes node1 in partition gpu_ai".
-var testOnlyLine = regexp.MustCompile(`Job (\S+) to start at (\S+) using \d+ processors on nodes (\S+) in partition (\S+)`)
+// testOnlyLine is sbatch --test-only's answer on stderr. Slurm 20.11 to
+// 24.11 print "sbatch: Job 722 to start at 2026-11-23T17:35:43 using 1
+// processors on nodes node1 in partition gpu_ai" (measured on 22.05.8).
+// From 25.05 the format is "Job %u to start at %s%s%s a using …" (source:
+// slurm_job_will_run in src/api/allocate.c, slurm-25-05-0-1 to
+// slurm-25-11-7-1): " on cluster C" when a cluster is named (sbatch -M,
+// a federation), then a stray " a" that is printed always. Both optional
+// parts are taken, so every version's line parses (slurm/FACTS.md V1).
+var testOnlyLine = regexp.MustCompile(`Job (\S+) to start at (\S+)(?: on cluster \S+)?(?: a)? using \d+ processors on nodes (\S+) in partition (\S+)`)
 
 // TestSubmit asks Slurm when a job of script with sbatchArgs would start,
 // without submitting it (`sbatch --test-only [sbatchArgs...] script`).

@@ -231,3 +231,47 @@ func TestRunReleasesBetweenPasses(t *testing.T) {
 		t.Errorf("released %v, want job 7", f.released)
 	}
 }
+
+// TestPlanReleasesRequeueHoldAcrossVersions pins how the release check
+// reads the hold Slurm puts on a requeued job. batch_requeue_fini
+// (src/slurmctld/job_mgr.c) sets begin_time = now + D + 1 and submit_time =
+// now (now + 1 when that equals the old submit time), so EligibleTime −
+// SubmitTime is D + 1 (or D). D is the credential lifetime (AuthInfo
+// cred_expire, default 120) in 20.11 to 25.05 (slurm-20-11-9-1 …
+// slurm-25-05-8-1); 25.11 (slurm-25-11-7-1, _requeue_delay) takes
+// SchedulerParameters=requeue_delay=N first and cred_expire otherwise. The
+// squeue line is the same (PENDING, BeginTime); only the gap differs. A gap
+// up to requeue_hold_max (125 s by default) is Slurm's hold and is
+// released; a site with D above 124 s sees its requeued jobs left alone as
+// "deferred by someone" unless requeue_hold_max is raised to D + 1 s.
+func TestPlanReleasesRequeueHoldAcrossVersions(t *testing.T) {
+	tests := []struct {
+		name    string
+		hold    time.Duration // EligibleTime − SubmitTime
+		holdMax time.Duration
+		want    ReleaseVerdict
+	}{
+		{name: "20.11-25.05, cred_expire default: 121 s", hold: 121 * time.Second, want: VerdictRelease},
+		{name: "25.11, no requeue_delay: cred_expire, 121 s", hold: 121 * time.Second, want: VerdictRelease},
+		{name: "25.11, requeue_delay=30: 31 s", hold: 31 * time.Second, want: VerdictRelease},
+		{name: "25.11, requeue_delay=0, submit bumped a second: 0 s", hold: 0, want: VerdictRelease},
+		{name: "25.11, requeue_delay=600: 601 s, beyond requeue_hold_max: left alone", hold: 601 * time.Second, want: VerdictLeave},
+		{name: "25.11, requeue_delay=600, requeue_hold_max raised to 605 s", hold: 601 * time.Second,
+			holdMax: 605 * time.Second, want: VerdictRelease},
+		{name: "any version, cred_expire=300: 301 s, left alone", hold: 301 * time.Second, want: VerdictLeave},
+	}
+	cfg := Config{Tiers: map[string]TierConfig{"fast": testTier()}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := testPolicy
+			if tt.holdMax > 0 {
+				p.RequeueHoldMax = tt.holdMax
+			}
+			job := requeued(func(j *slurm.QueuedJob) { j.Eligible, j.Start = t0.Add(tt.hold), t0.Add(tt.hold) })
+			got := PlanReleases(cfg, p, nil, nil, []slurm.QueuedJob{job}, nil, 990, t0.Add(2*time.Second))
+			if len(got) != 1 || got[0].Verdict != tt.want {
+				t.Errorf("hold %s, requeue_hold_max %s: %+v, want %s", tt.hold, p.RequeueHoldMax, got, tt.want)
+			}
+		})
+	}
+}

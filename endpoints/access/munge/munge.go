@@ -8,11 +8,12 @@
 package munge
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,46 +78,131 @@ func CheckArmor(cred []byte) error {
 	return nil
 }
 
-// Parse reads what `unmunge -N -k STATUS,ENCODE_TIME,TTL,UID,GID` printed:
-// "KEY: value" lines, a blank line, the payload. It returns the status
-// and, when it is success, the credential; a missing or bad field is an
-// error.
+// keys are the metadata Verify asks unmunge for (-k), in the order every
+// version prints them: munge_key_t's order, whatever order -k names them in.
+var keys = []string{"STATUS", "ENCODE_TIME", "TTL", "UID", "GID"}
+
+// Parse reads what `unmunge -k STATUS,ENCODE_TIME,TTL,UID,GID` printed:
+// "KEY:" padded with spaces, the value, one line each; a blank line; the
+// payload. munge 0.5.13 to 0.5.15 print the values the same way, and
+// 0.5.14's -N (--numeric, unknown to 0.5.13, so Verify does not pass it)
+// prints bare numbers instead:
+//
+//	STATUS:          Success (0)                             0
+//	ENCODE_TIME:     2017-09-26 10:00:00 -0700 (1506445200)  1506445200
+//	TTL:             300                                     300
+//	UID:             alice (1000)                            1000
+//	GID:             users (100)                             100
+//
+// Each value's number is the whole value, or the one in its last
+// parentheses: a user or group name may hold spaces and parentheses, a
+// uid without one is "??? (1000)", and the local time's zone is not
+// needed. It returns the status and, when it is success, the credential.
+// A line that is not "KEY: value", a key not asked for, repeated or out of
+// munge's order (what a name holding a newline would print), or a field
+// missing or not a number is an error naming the line and key. (A group
+// name holding a blank line would end the metadata early and could set
+// the gid: nothing here decides by the gid.)
 func Parse(out []byte) (int, Credential, error) {
 	meta, payload, ok := bytes.Cut(out, []byte("\n\n"))
 	if !ok {
 		return -1, Credential{}, errors.New("unmunge output: no blank line after the metadata")
 	}
-	fields := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(meta))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			return -1, Credential{}, fmt.Errorf("unmunge output: %q is not KEY: value", sc.Text())
-		}
-		fields[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	fields, err := parseMeta(string(meta))
+	if err != nil {
+		return -1, Credential{}, err
 	}
 	num := func(key string, bits int) (uint64, error) {
-		n, err := strconv.ParseUint(fields[key], 10, bits)
+		f, ok := fields[key]
+		if !ok {
+			return 0, fmt.Errorf("unmunge output: no %s line", key)
+		}
+		n, err := number(f.value, bits)
 		if err != nil {
-			return 0, fmt.Errorf("unmunge output: %s %q: want a number", key, fields[key])
+			return 0, fmt.Errorf("unmunge output: line %d: %s %q: %w", f.line, key, cut(f.value, 64), err)
 		}
 		return n, nil
 	}
 	status, err := num("STATUS", 8)
-	if err != nil || status != StatusSuccess {
-		return int(status), Credential{}, err
+	if err != nil {
+		return -1, Credential{}, err
 	}
-	var c Credential
-	var vals [4]uint64
-	for i, k := range []string{"UID", "GID", "ENCODE_TIME", "TTL"} {
-		if vals[i], err = num(k, 32); err != nil {
-			return int(status), Credential{}, err
+	if status != StatusSuccess {
+		return int(status), Credential{}, nil
+	}
+	uid, err1 := num("UID", 32)
+	gid, err2 := num("GID", 32)
+	enc, err3 := num("ENCODE_TIME", 63) // a time_t printed with %ld: never negative
+	ttl, err4 := num("TTL", 32)
+	if err := cmp.Or(err1, err2, err3, err4); err != nil {
+		return StatusSuccess, Credential{}, err
+	}
+	return StatusSuccess, Credential{
+		UID:     uint32(uid),
+		GID:     uint32(gid),
+		Encoded: time.Unix(int64(enc), 0),
+		TTL:     time.Duration(ttl) * time.Second,
+		Payload: payload,
+	}, nil
+}
+
+// field is one metadata line's value and its line number (from 1).
+type field struct {
+	value string
+	line  int
+}
+
+// parseMeta splits unmunge's metadata into its fields, each of keys at
+// most once and in keys' order.
+func parseMeta(meta string) (map[string]field, error) {
+	fields := map[string]field{}
+	next := 0 // keys[next:] may still come
+	for i, line := range strings.Split(meta, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, fmt.Errorf("unmunge output: line %d: %q is not KEY: value", i+1, cut(line, 64))
 		}
+		at := slices.Index(keys, k)
+		switch {
+		case at < 0:
+			return nil, fmt.Errorf("unmunge output: line %d: key %q not asked for (want %s)", i+1, cut(k, 32), strings.Join(keys, ", "))
+		case at < next:
+			return nil, fmt.Errorf("unmunge output: line %d: %s repeated or out of order (want %s)", i+1, k, strings.Join(keys, ", "))
+		}
+		next = at + 1
+		fields[k] = field{value: strings.TrimSpace(v), line: i + 1}
 	}
-	c.UID, c.GID = uint32(vals[0]), uint32(vals[1])
-	c.Encoded, c.TTL = time.Unix(int64(vals[2]), 0), time.Duration(vals[3])*time.Second
-	c.Payload = payload
-	return StatusSuccess, c, nil
+	return fields, nil
+}
+
+// number reads a value as -N prints it ("1000") or as unmunge does without
+// it ("alice (1000)": the number in the last parentheses, which a name
+// before them cannot hold).
+func number(v string, bits int) (uint64, error) {
+	digits := v
+	if rest, ok := strings.CutSuffix(v, ")"); ok {
+		open := strings.LastIndexByte(rest, '(')
+		if open < 0 {
+			return 0, errors.New(`want a number or "NAME (NUMBER)"`)
+		}
+		digits = rest[open+1:]
+	}
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, errors.New(`want a number or "NAME (NUMBER)"`)
+	}
+	n, err := strconv.ParseUint(digits, 10, bits)
+	if err != nil {
+		return 0, fmt.Errorf("out of range (%d bits)", bits)
+	}
+	return n, nil
+}
+
+// cut shortens s for an error message.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // statusError is the error for a munge status other than success.
@@ -144,7 +230,8 @@ type Verifier struct {
 }
 
 // Verify decodes cred. A credential refused wraps ErrReplayed, ErrExpired
-// or ErrInvalid; unmunge not answering wraps ErrUnavailable.
+// or ErrInvalid; unmunge not answering, or printing what Parse cannot
+// read, wraps ErrUnavailable.
 func (v Verifier) Verify(ctx context.Context, cred []byte) (Credential, error) {
 	if err := CheckArmor(cred); err != nil {
 		return Credential{}, err
@@ -156,7 +243,8 @@ func (v Verifier) Verify(ctx context.Context, cred []byte) (Credential, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	argv := []string{bin, "-N", "-k", "STATUS,ENCODE_TIME,TTL,UID,GID"}
+	// No -N (--numeric): munge 0.5.13, RHEL 8's, refuses it ("Invalid option").
+	argv := []string{bin, "-k", strings.Join(keys, ",")}
 	out, err := execx.Run(ctx, v.Run, timeout, argv, bytes.TrimSpace(cred))
 	status, c, perr := Parse(out)
 	switch {
