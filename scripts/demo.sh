@@ -26,9 +26,14 @@
 # and releases requeued jobs, as it does on the controller; `llm-upstreams report` shows
 # the availability record at the end.
 #
-#   scripts/demo.sh [--keep] [--no-preempt]
+#   scripts/demo.sh [--keep] [--no-preempt] [--from-source]
 #     --keep          leave the tiers, nginx and the watcher running at the end
 #     --no-preempt    stop after the tiers answer (no VASP job)
+#     --from-source   make install under /usr/local instead of the packages
+#
+# It runs what an admin installs: the .deb packages (make package; dpkg -i
+# slurm-llm-node and slurm-llm-controller: /usr/bin, /usr/share/slurm-llm), on a machine with
+# dpkg; elsewhere, or with --from-source, `make install` under /usr/local.
 #
 # Every answer it prints is checked: an empty or failed answer stops the demo.
 #
@@ -37,18 +42,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 readonly DEMO_DIR=${DEMO_DIR:-/run/slurm-llm-demo}
-readonly PREFIX=/usr/local
-readonly SHARE=$PREFIX/share/slurm-llm
 readonly STATE=/var/lib/slurm-llm
 readonly EP_DIR=$STATE/endpoints
-keep=0 preempt=1
+keep=0 preempt=1 from=package
+command -v dpkg >/dev/null || from=source
 for a in "$@"; do
 	case $a in
 	--keep) keep=1 ;;
 	--no-preempt) preempt=0 ;;
-	*) echo "usage: demo.sh [--keep] [--no-preempt]" >&2; exit 2 ;;
+	--from-source) from=source ;;
+	*) echo "usage: demo.sh [--keep] [--no-preempt] [--from-source]" >&2; exit 2 ;;
 	esac
 done
+if [ $from = package ]; then
+	PREFIX=/usr
+	# The packaged programs, not a /usr/local/bin left by an earlier make install.
+	export PATH=/usr/bin:/usr/sbin:$PATH
+else
+	PREFIX=/usr/local
+fi
+readonly PREFIX SHARE=$PREFIX/share/slurm-llm
 
 t0=$(date +%s)
 say() { printf '\n\033[1m[demo %3ss] %s\033[0m\n' "$(($(date +%s) - t0))" "$*"; }
@@ -86,10 +99,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-say "building and installing slurm-llm under $PREFIX"
-make -s build
-make -s install PREFIX=$PREFIX >/dev/null
-info "$(llm-supervisor --version), $(llm-upstreams --version)"
+if [ $from = package ]; then
+	say "building the packages (make package) and installing them (dpkg -i)"
+	rm -rf "$DEMO_DIR/dist"
+	scripts/package.sh --out "$DEMO_DIR/dist" deb >/dev/null || die "make package failed"
+	dpkg -i "$DEMO_DIR"/dist/slurm-llm-node_*.deb "$DEMO_DIR"/dist/slurm-llm-controller_*.deb >"$DEMO_DIR/dpkg.log" 2>&1 ||
+		die "dpkg -i: $(tail -5 "$DEMO_DIR/dpkg.log")"
+	info "$(dpkg-query -W -f '${Package} ${Version}, ' slurm-llm-node slurm-llm-controller)from $DEMO_DIR/dist"
+else
+	say "building and installing slurm-llm under $PREFIX"
+	make -s build
+	make -s install PREFIX=$PREFIX >/dev/null
+fi
+info "$(command -v llm-supervisor): $(llm-supervisor --version), $(command -v llm-upstreams): $(llm-upstreams --version)"
 
 # ---------------------------------------------------------------- cluster and nginx
 cluster_was_up=0
