@@ -4,7 +4,8 @@
 #   make test           fast tests: no root, no Slurm, no nginx
 #   make e2e            real local Slurm cluster + real nginx (root; starts the cluster)
 #   make e2e-real       the real llama.cpp lane (LLAMA_BIN, TINY_MODEL or LLAMA_MODEL; skipped without)
-#   make check          what CI runs: gofmt, vet, test, shipped configs, e2e
+#   make check          what CI runs: test packages (installs them as root), gofmt, vet, test,
+#                       shipped configs, e2e
 #   make bench          benchmarks, figures printed (root for the real-Slurm/nginx ones)
 #   make demo           the whole thing end to end on this machine (root)
 #   make install        PREFIX=/usr/local DESTDIR=  binaries, configs, units, scripts
@@ -25,7 +26,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all build test e2e e2e-real check check-shipped vet fmt-check bench fuzz demo install package cluster-up cluster-down clean
+.PHONY: all deps build test e2e e2e-real check check-shipped vet fmt-check bench fuzz demo install package cluster-up cluster-down clean
 
 all: build
 
@@ -71,7 +72,12 @@ e2e-real:
 		$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'TestE2ERealLlama|TestRealLlamaApply' -v ./cmd/llm-supervisor; \
 	fi
 
-check: fmt-check vet test check-shipped e2e
+# The Debian packages the tests need (scripts/test-deps.sh: as root with apt-get, it installs
+# what is missing; else it names it and stops), before anything else runs.
+deps:
+	scripts/test-deps.sh
+
+check: deps fmt-check vet test check-shipped e2e
 
 # check-config on every shipped tier config, nginx -t on the shipped site.
 check-shipped: build
