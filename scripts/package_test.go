@@ -302,3 +302,65 @@ func shippedInManifest(t *testing.T, lines []manifestLine) {
 		t.Fatal(err)
 	}
 }
+
+// TestRPMUpgradeKeepsTheAdminsConfig installs the controller's .rpm into
+// an empty root with Debian's rpm (no scriptlets, no dependencies: only
+// the payload and rpm's database), changes a config as an admin would,
+// upgrades to a later version and checks that the change is still there
+// and that rpm verifies the package's other files as installed.
+func TestRPMUpgradeKeepsTheAdminsConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the packages (-short)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("rpm --root needs root")
+	}
+	if _, err := exec.LookPath("rpm"); err != nil {
+		t.Fatal("rpm is not installed (apt-get install -y rpm)")
+	}
+	dir := t.TempDir()
+	for _, v := range []string{"0.1.0", "0.1.1"} {
+		cmd := exec.Command("./scripts/package.sh", "--out", filepath.Join(dir, v), "--version", v, "rpm")
+		cmd.Dir = ".."
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("package.sh --version %s: %v\n%s", v, err, b)
+		}
+	}
+	root := filepath.Join(dir, "root")
+	rpmIn := func(args ...string) {
+		t.Helper()
+		args = append([]string{"--root", root, "--nodeps", "--noscripts"}, args...)
+		if b, err := exec.Command("rpm", args...).CombinedOutput(); err != nil {
+			t.Fatalf("rpm %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+	}
+	rpmIn("-i", only(t, filepath.Join(dir, "0.1.0"), "slurm-llm-controller-*.rpm"))
+	conf := filepath.Join(root, "etc/slurm-llm/upstreams.toml")
+	f, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mine = "\n# the admin's change\n"
+	f.WriteString(mine)
+	f.Close()
+	rpmIn("-U", only(t, filepath.Join(dir, "0.1.1"), "slurm-llm-controller-*.rpm"))
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), mine) {
+		t.Errorf("the upgrade replaced the admin's upstreams.toml")
+	}
+	q, err := exec.Command("rpm", "--root", root, "-q", "slurm-llm-controller").Output()
+	if err != nil || !strings.Contains(string(q), "0.1.1") {
+		t.Errorf("rpm -q after the upgrade: %q, %v", q, err)
+	}
+	// rpm -V names what differs from the package: only the changed config
+	// (size and digest, flagged as a config with "c").
+	v, _ := exec.Command("rpm", "--root", root, "-V", "--nodeps", "slurm-llm-controller").Output()
+	for _, line := range strings.Split(strings.TrimSpace(string(v)), "\n") {
+		if line != "" && !strings.HasSuffix(line, " c /etc/slurm-llm/upstreams.toml") {
+			t.Errorf("rpm -V: %s", line)
+		}
+	}
+}
