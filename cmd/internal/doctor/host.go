@@ -8,9 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"slurm-llm/endpoints/access"
 )
 
 // Cmd is one command the gathering runs: a program and its arguments (no
@@ -111,4 +115,20 @@ func statPath(path string, lookup func(uid, gid uint32) (string, string)) Entry 
 		}
 	}
 	return e
+}
+
+// SystemNames names a file's owner and group for the report, through NSS
+// as the key endpoint does (getent when os/user, built without cgo,
+// reads /etc/passwd alone), so LDAP users have names too; a number when
+// the name is unknown.
+func SystemNames(uid, gid uint32) (string, string) {
+	owner, err := access.OSUsers{}.Name(uid)
+	if err != nil {
+		owner = fmt.Sprintf("uid %d", uid)
+	}
+	group := fmt.Sprintf("gid %d", gid)
+	if g, err := user.LookupGroupId(strconv.FormatUint(uint64(gid), 10)); err == nil {
+		group = g.Name
+	}
+	return owner, group
 }
