@@ -166,7 +166,7 @@ func CheckFirewallOpen(f Firewall, ports []Port) Result {
 	case f.NftErr != "":
 		return warn(c, "unknown: nft list ruleset failed: "+f.NftErr, "as root: nft list ruleset")
 	}
-	return ok(c, "no input filter (firewalld not running, no nftables input chain): "+portList(exposed)+" open")
+	return ok(c, "no input filter ("+f.noFilter()+"): "+portList(exposed)+" open")
 }
 
 // CheckRPCExposure checks who may reach a node's rpc-server ports:
@@ -190,8 +190,21 @@ func CheckRPCExposure(f Firewall, ports []Port) Result {
 	case f.NftErr != "":
 		return warn(c, "unknown: nft list ruleset failed: "+f.NftErr, "as root: nft list ruleset")
 	}
-	return warn(c, "no input filter: "+list+" open to every host that reaches this node (rpc-server has no authentication)",
+	return warn(c, "no input filter ("+f.noFilter()+"): "+list+" open to every host that reaches this node (rpc-server has no authentication)",
 		"firewalld: "+rich+"; or nftables: accept ip saddr NODES_CIDR tcp dport PORT, drop the rest")
+}
+
+// noFilter says why no rule filters input: what was (not) found.
+func (f Firewall) noFilter() string {
+	fw := "firewalld not installed"
+	if f.Firewalld != "" {
+		fw = "firewalld " + f.Firewalld
+	}
+	nft := "no nftables input chain"
+	if f.NftMissing {
+		nft = "nft not installed"
+	}
+	return fw + ", " + nft
 }
 
 func rpcFirewalld(z zone, name string, ports []Port, rich string) Result {

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"slurm-llm/cmd/internal/doctor"
+	"slurm-llm/supervisor/tier"
+)
+
+const doctorUsage = `usage: llm-supervisor doctor --config TIER.toml [--config TIER.toml ...] [--json]
+
+Checks what this GPU node needs to run the tiers: munge (version, a credential's
+round trip), Slurm (its commands, slurmctld), the firewall (the heads' ports reach
+the controller; the rpc-server ports, which have no authentication, only the nodes),
+and each tier's endpoint_dir and log_dir (there, real directories, not writable by
+others). One line per check, ok/WARN/FAIL, and the fix for each miss.
+Exit status: 0 ready, 1 not ready (a FAIL), 2 usage or config error.
+
+`
+
+// configsFlag collects repeated --config.
+type configsFlag []string
+
+func (c *configsFlag) String() string { return strings.Join(*c, ",") }
+
+func (c *configsFlag) Set(s string) error {
+	*c = append(*c, s)
+	return nil
+}
+
+// runDoctor is the doctor subcommand: args are those after "doctor".
+func runDoctor(args []string, stdout, stderr io.Writer) int {
+	var configs configsFlag
+	fs := newFlagSet("doctor")
+	fs.Var(&configs, "config", "a tier config whose directories and ports to check (repeat for each tier)")
+	asJSON := fs.Bool("json", false, "print JSON instead of lines")
+	err := parseFlags(fs, args, doctorUsage, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err == nil && (len(configs) == 0 || fs.NArg() > 0) {
+		err = errors.New("doctor needs --config TIER.toml (one per tier on this node)")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "llm-supervisor doctor: %v\n\n%s", err, doctorUsage)
+		return exitUsage
+	}
+	var node doctor.Node
+	for _, path := range configs {
+		cfg, err := tier.LoadConfig(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "llm-supervisor doctor: %v\n", err)
+			return exitUsage
+		}
+		addTier(&node, cfg)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	rs := doctor.CheckNode(ctx, doctor.NewHost(doctor.SystemNames), node)
+	if err := doctor.Write(stdout, rs, *asJSON); err != nil {
+		fmt.Fprintf(stderr, "llm-supervisor doctor: %v\n", err)
+		return exitGaveUp
+	}
+	if !doctor.Ready(rs) {
+		return exitGaveUp // 1: not ready
+	}
+	return exitOK
+}
+
+// addTier adds a tier's directories and ports to what the doctor checks:
+// the head's port, and every port a worker of the tier may listen on
+// (port + i*port_step for each worker i; one port with step 0 or in an
+// elastic tier, one member per node).
+func addTier(n *doctor.Node, cfg *tier.Config) {
+	n.EndpointDirs = append(n.EndpointDirs, cfg.EndpointDir)
+	n.LogDirs = append(n.LogDirs, cfg.LogDir)
+	if cfg.Head.Port > 0 {
+		n.HeadPorts = append(n.HeadPorts, cfg.Head.Port)
+	}
+	if w := cfg.Worker; w != nil && w.Port > 0 {
+		workers := 1
+		if w.PortStep > 0 && cfg.Elastic == nil {
+			workers = max(cfg.MinWorkers, 1)
+		}
+		for i := range workers {
+			n.RPCPorts = append(n.RPCPorts, w.Port+i*w.PortStep)
+		}
+	}
+}
