@@ -17,8 +17,9 @@ type Firewall struct {
 	// Zone is the default zone and ZoneAll its --list-all (firewalld
 	// running only). Interfaces bound to other zones are not looked at.
 	Zone, ZoneAll string
-	// Nft is nft list ruleset (when firewalld is not running); NftErr why
-	// it could not be read, NftMissing when nft is not installed.
+	// Nft is nft list ruleset (firewalld's tables too when it runs: the
+	// rpc-server check reads an output rule there); NftErr why it could
+	// not be read, NftMissing when nft is not installed.
 	Nft, NftErr string
 	NftMissing  bool
 }
@@ -42,7 +43,7 @@ func (p Port) loopback() bool {
 	return err == nil && a.IsLoopback()
 }
 
-// GatherFirewall asks firewalld, or nft when firewalld is not running.
+// GatherFirewall asks firewalld and nft.
 func GatherFirewall(ctx context.Context, h Host) Firewall {
 	var f Firewall
 	if s := h.Run(ctx, Cmd{Name: "firewall-cmd", Args: []string{"--state"}}); !s.Missing {
@@ -51,7 +52,6 @@ func GatherFirewall(ctx context.Context, h Host) Firewall {
 	if f.Firewalld == "running" {
 		f.Zone = firstLine(h.Run(ctx, Cmd{Name: "firewall-cmd", Args: []string{"--get-default-zone"}}).Stdout)
 		f.ZoneAll = h.Run(ctx, Cmd{Name: "firewall-cmd", Args: []string{"--list-all"}}).Stdout
-		return f
 	}
 	n := h.Run(ctx, Cmd{Name: "nft", Args: []string{"list", "ruleset"}})
 	switch {
@@ -171,27 +171,69 @@ func CheckFirewallOpen(f Firewall, ports []Port) Result {
 
 // CheckRPCExposure checks who may reach a node's rpc-server ports:
 // rpc-server has no authentication, so whoever reaches the port drives
-// the GPU. The head on another node must reach them; nobody else should.
-// What firewalld's default zone and nftables say is reported; what
+// the GPU. The head on another node must reach them; nobody else should:
+// no host outside the cluster (firewalld's default zone, or an nftables
+// input rule) and no other user on the cluster's nodes (an nftables
+// output rule on the user: README, "A hostile cluster user"). What
 // cannot be decided here is "unknown", never a pass.
 func CheckRPCExposure(f Firewall, ports []Port) Result {
 	const c = "firewall.rpc"
 	if len(ports) == 0 {
 		return ok(c, "no rpc-server ports (a single-node tier)")
 	}
+	in := rpcInput(f, ports)
+	if in.status != OK {
+		return Result{Check: c, Status: in.status, What: in.what, Fix: in.fix}
+	}
+	chains := parseNft(f.Nft)
+	var users []string
+	for _, p := range ports {
+		u := nftOutputUser(chains, p.Port)
+		if u == "" {
+			return warn(c, in.what+"; but any user on the nodes may connect to "+p.String()+" (no nftables output rule on the user)",
+				fmt.Sprintf(`nft add table inet slurm_llm_rpc; nft add chain inet slurm_llm_rpc output '{ type filter hook output priority 0; policy accept; }'; nft add rule inet slurm_llm_rpc output tcp dport %d meta skuid != "slurm-llm" reject with tcp reset (on every node; README, A hostile cluster user)`, p.Port))
+		}
+		users = append(users, u)
+	}
+	return ok(c, in.what+"; on the nodes only "+strings.Join(uniqStrings(users), ", ")+" may connect (root still can)")
+}
+
+// inputVerdict is what the input side decided: OK with what limits it,
+// or why not and the fix.
+type inputVerdict struct {
+	status    Status
+	what, fix string
+}
+
+// rpcInput decides who outside this node reaches the ports: firewalld's
+// default zone when it runs, else nftables' input hook.
+func rpcInput(f Firewall, ports []Port) inputVerdict {
 	list := portList(ports)
 	rich := fmt.Sprintf("firewall-cmd --permanent --add-rich-rule='rule family=ipv4 source address=NODES_CIDR port port=%d protocol=tcp accept' && firewall-cmd --reload", ports[0].Port)
-	switch {
-	case f.Firewalld == "running":
+	nftFix := fmt.Sprintf("nft add rule inet slurm_llm_rpc input tcp dport %d ip saddr != NODES_CIDR drop (README, A hostile cluster user)", ports[0].Port)
+	if f.Firewalld == "running" {
 		return rpcFirewalld(parseZone(f.ZoneAll), f.Zone, ports, rich)
-	case f.Nft != "" && nftFiltersInput(f.Nft):
-		return warn(c, "unknown: nftables filters input; whether only the nodes reach "+list+" is not decided here",
-			"nft list ruleset | grep -w -e "+ports2grep(ports)+" (want: ip saddr NODES_CIDR tcp dport PORT accept, the rest dropped)")
-	case f.NftErr != "":
-		return warn(c, "unknown: nft list ruleset failed: "+f.NftErr, "as root: nft list ruleset")
 	}
-	return warn(c, "no input filter ("+f.noFilter()+"): "+list+" open to every host that reaches this node (rpc-server has no authentication)",
-		"firewalld: "+rich+"; or nftables: accept ip saddr NODES_CIDR tcp dport PORT, drop the rest")
+	chains := parseNft(f.Nft)
+	var limited []string
+	for _, p := range ports {
+		src := nftInputSource(chains, p.Port)
+		if src == "" {
+			limited = nil
+			break
+		}
+		limited = append(limited, fmt.Sprintf("%d from %s", p.Port, src))
+	}
+	switch {
+	case len(limited) > 0:
+		return inputVerdict{OK, "nftables drops other sources: " + strings.Join(limited, ", "), ""}
+	case f.Nft != "" && nftFiltersInput(f.Nft):
+		return inputVerdict{Warn, "unknown: nftables filters input, but no rule limits " + list + " to a source", nftFix}
+	case f.NftErr != "":
+		return inputVerdict{Warn, "unknown: nft list ruleset failed: " + f.NftErr, "as root: nft list ruleset"}
+	}
+	return inputVerdict{Warn, "no input filter (" + f.noFilter() + "): " + list + " open to every host that reaches this node (rpc-server has no authentication)",
+		"firewalld: " + rich + "; or nftables: " + nftFix}
 }
 
 // noFilter says why no rule filters input: what was (not) found.
@@ -207,11 +249,10 @@ func (f Firewall) noFilter() string {
 	return fw + ", " + nft
 }
 
-func rpcFirewalld(z zone, name string, ports []Port, rich string) Result {
-	const c = "firewall.rpc"
+func rpcFirewalld(z zone, name string, ports []Port, rich string) inputVerdict {
 	if z.target == "ACCEPT" {
-		return warn(c, fmt.Sprintf("firewalld zone %s accepts everything: %s open to every host", name, portList(ports)),
-			"firewall-cmd --permanent --zone="+name+" --set-target=default && "+rich)
+		return inputVerdict{Warn, fmt.Sprintf("firewalld zone %s accepts everything: %s open to every host", name, portList(ports)),
+			"firewall-cmd --permanent --zone=" + name + " --set-target=default && " + rich}
 	}
 	var open, closed, limited []string
 	for _, p := range ports {
@@ -219,19 +260,19 @@ func rpcFirewalld(z zone, name string, ports []Port, rich string) Result {
 		case z.opens(p) || src == "any":
 			open = append(open, p.String())
 		case src != "":
-			limited = append(limited, fmt.Sprintf("%d to %s", p.Port, src))
+			limited = append(limited, fmt.Sprintf("%d from %s", p.Port, src))
 		default:
 			closed = append(closed, p.String())
 		}
 	}
 	switch {
 	case len(open) > 0:
-		return warn(c, fmt.Sprintf("open to every source in firewalld zone %s: %s (rpc-server has no authentication)", name, strings.Join(open, ", ")),
-			fmt.Sprintf("firewall-cmd --permanent --remove-port=%d/tcp && %s", ports[0].Port, rich))
+		return inputVerdict{Warn, fmt.Sprintf("open to every source in firewalld zone %s: %s (rpc-server has no authentication)", name, strings.Join(open, ", ")),
+			fmt.Sprintf("firewall-cmd --permanent --remove-port=%d/tcp && %s", ports[0].Port, rich)}
 	case len(closed) > 0:
-		return warn(c, fmt.Sprintf("closed in firewalld zone %s: %s: a head on another node cannot reach them unless another zone admits it", name, strings.Join(closed, ", ")), rich)
+		return inputVerdict{Warn, fmt.Sprintf("closed in firewalld zone %s: %s: a head on another node cannot reach them unless another zone admits it", name, strings.Join(closed, ", ")), rich}
 	}
-	return ok(c, fmt.Sprintf("open only to the rule's sources in zone %s: %s (users logged in on those hosts still reach them)", name, strings.Join(limited, ", ")))
+	return inputVerdict{OK, fmt.Sprintf("firewalld zone %s admits only the rule's sources: %s", name, strings.Join(limited, ", ")), ""}
 }
 
 func portList(ps []Port) string {

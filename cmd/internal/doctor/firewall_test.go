@@ -34,6 +34,58 @@ const nftInput = `table inet filter {
 }
 `
 
+// nftREADME is nft list ruleset with README's rules (A hostile cluster
+// user), as nft 1.0.6 printed them in a network namespace (TestRealHost
+// adds them for real): the user as its uid.
+const nftREADME = `table inet slurm_llm_rpc {
+	chain output {
+		type filter hook output priority filter; policy accept;
+		ip daddr 10.77.0.0/16 tcp dport 50052 meta skuid != 990 counter packets 0 bytes 0 reject with tcp reset
+	}
+
+	chain input {
+		type filter hook input priority filter; policy accept;
+		tcp dport 50052 ip saddr != 10.77.0.0/16 counter packets 0 bytes 0 drop
+	}
+}
+`
+
+func withNft(f Firewall, ruleset string) Firewall {
+	f.Nft = ruleset
+	return f
+}
+
+func TestNftPortMatch(t *testing.T) {
+	tests := []struct {
+		rule string
+		port int
+		want bool
+	}{
+		{"tcp dport 50052 ip saddr != 10.77.0.0/16 drop", 50052, true},
+		{"tcp dport 50052 ip saddr != 10.77.0.0/16 drop", 50053, false},
+		{"tcp dport { 50052, 50060-50070 } ip saddr != 10.77.0.0/16 drop", 50065, true},
+		{"tcp dport { 50052, 50060-50070 } ip saddr != 10.77.0.0/16 drop", 50059, false},
+		{"tcp dport 50000-50100 drop", 50052, true},
+		{"udp dport 50052 drop", 50052, false},
+		{"ct state established accept", 50052, false},
+	}
+	for _, tt := range tests {
+		if got := nftPortMatch(tt.rule, tt.port); got != tt.want {
+			t.Errorf("nftPortMatch(%q, %d) = %v", tt.rule, tt.port, got)
+		}
+	}
+}
+
+func TestNftREADMERules(t *testing.T) {
+	chains := parseNft(nftREADME)
+	if got := nftInputSource(chains, 50052); got != "10.77.0.0/16" {
+		t.Errorf("input source = %q", got)
+	}
+	if got := nftOutputUser(chains, 50052); got != "uid 990" {
+		t.Errorf("output user = %q", got)
+	}
+}
+
 func TestCheckFirewallOpen(t *testing.T) {
 	loop := []Port{{Addr: "127.0.0.1", Port: 8080, Proto: "tcp", What: "nginx"}, {Addr: "127.0.0.1", Port: 8090, Proto: "tcp", What: "front door"}}
 	exposed := []Port{{Addr: "", Port: 8080, Proto: "tcp", What: "nginx"}, {Addr: "0.0.0.0", Port: 9466, Proto: "udp", What: "hints"}}
@@ -74,14 +126,21 @@ func TestCheckRPCExposure(t *testing.T) {
 		{name: "single tier", fw: Firewall{}, want: OK},
 		{name: "open to every source", fw: running(zonePublic("50052/tcp", "")), ports: rpc, want: Warn,
 			fix: []string{"--remove-port=50052/tcp", "source address=NODES_CIDR port port=50052"}},
-		{name: "only the nodes' network", ports: rpc, want: OK,
+		{name: "only the nodes' network, and only the tier account on them", ports: rpc, want: OK,
+			fw: withNft(running(zonePublic("", `rule family="ipv4" source address="10.77.0.0/16" port port="50052" protocol="tcp" accept`)), nftREADME)},
+		{name: "only the nodes' network, but every user on them", ports: rpc, want: Warn, fix: []string{`meta skuid != "slurm-llm" reject`},
 			fw: running(zonePublic("", `rule family="ipv4" source address="10.77.0.0/16" port port="50052" protocol="tcp" accept`))},
+		{name: "README's nftables rules", fw: Firewall{Nft: nftREADME}, ports: rpc, want: OK},
+		{name: "README's nftables rules: a port they do not cover", fw: Firewall{Nft: nftREADME}, ports: []Port{{Port: 50053, Proto: "tcp"}}, want: Warn,
+			fix: []string{"tcp dport 50053 ip saddr != NODES_CIDR drop"}},
+		{name: "policy drop, the nodes accepted", ports: rpc, want: Warn, fix: []string{"skuid"},
+			fw: Firewall{Nft: "table inet f {\n\tchain input {\n\t\ttype filter hook input priority filter; policy drop;\n\t\tip saddr 10.77.0.0/16 tcp dport 50052 accept\n\t}\n}\n"}},
 		{name: "a rich rule without a source is open to all", ports: rpc, want: Warn,
 			fw: running(zonePublic("", `rule family="ipv4" port port="50052" protocol="tcp" accept`))},
 		{name: "closed: the head cannot reach it", fw: running(zonePublic("", "")), ports: rpc, want: Warn, fix: []string{"--add-rich-rule"}},
 		{name: "trusted zone", ports: rpc, want: Warn, fix: []string{"--set-target=default"},
 			fw: Firewall{Firewalld: "running", Zone: "trusted", ZoneAll: "trusted (active)\n  target: ACCEPT\n"}},
-		{name: "nftables: unknown", fw: Firewall{Nft: nftInput}, ports: rpc, want: Warn, fix: []string{"nft list ruleset | grep -w -e 50052"}},
+		{name: "nftables without a rule for the port: unknown", fw: Firewall{Nft: nftInput}, ports: rpc, want: Warn, fix: []string{"tcp dport 50052 ip saddr != NODES_CIDR drop"}},
 		{name: "no firewall at all", fw: Firewall{NftMissing: true}, ports: rpc, want: Warn, fix: []string{"--add-rich-rule"}},
 	}
 	for _, tt := range tests {
@@ -98,8 +157,9 @@ func TestGatherFirewall(t *testing.T) {
 		{name: "firewalld running", cmds: map[string]Output{
 			"firewall-cmd --state":            stdout("running\n"),
 			"firewall-cmd --get-default-zone": stdout("public\n"),
-			"firewall-cmd --list-all":         stdout("public (active)\n  ports: 8080/tcp\n")},
-			want: Firewall{Firewalld: "running", Zone: "public", ZoneAll: "public (active)\n  ports: 8080/tcp\n"}},
+			"firewall-cmd --list-all":         stdout("public (active)\n  ports: 8080/tcp\n"),
+			"nft list ruleset":                stdout(nftREADME)},
+			want: Firewall{Firewalld: "running", Zone: "public", ZoneAll: "public (active)\n  ports: 8080/tcp\n", Nft: nftREADME}},
 		{name: "firewalld stopped: nft asked", cmds: map[string]Output{
 			"firewall-cmd --state": {Stderr: "not running\n", Err: errExit252},
 			"nft list ruleset":     stdout(nftInput)},

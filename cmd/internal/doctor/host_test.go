@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -48,6 +49,32 @@ func TestRealHost(t *testing.T) {
 		if want := "u" + itoa(uint32(os.Getuid())); e.Owner != want {
 			t.Errorf("owner = %q, want %q", e.Owner, want)
 		}
+	})
+	t.Run("nftables: README's rules in a network namespace of the test's", func(t *testing.T) {
+		if _, err := exec.LookPath("nft"); err != nil || os.Geteuid() != 0 {
+			t.Skip("needs nft and root (unshare -n)")
+		}
+		// nft -i commits each line; nft -f would list before its batch
+		// is committed. The namespace ends with the command.
+		script := `add table inet slurm_llm_rpc
+add chain inet slurm_llm_rpc output { type filter hook output priority 0; policy accept; }
+add rule inet slurm_llm_rpc output ip daddr 10.77.0.0/16 tcp dport 50052 meta skuid != "nobody" counter reject with tcp reset
+add chain inet slurm_llm_rpc input { type filter hook input priority 0; policy accept; }
+add rule inet slurm_llm_rpc input tcp dport { 50052, 50060-50070 } ip saddr != 10.77.0.0/16 counter drop
+list ruleset
+`
+		out := h.Run(ctx, Cmd{Name: "unshare", Args: []string{"-n", "nft", "-i"}, Stdin: script})
+		if out.Err != nil {
+			t.Skipf("no network namespace here: %v %s", out.Err, out.Stderr)
+		}
+		rpc := []Port{{Port: 50052, Proto: "tcp", What: "rpc-server"}, {Port: 50065, Proto: "tcp", What: "rpc-server"}}
+		r := CheckRPCExposure(Firewall{Nft: out.Stdout}, rpc[:1])
+		hasFix(t, r, OK)
+		if !strings.Contains(r.What, "50052 from 10.77.0.0/16") || !strings.Contains(r.What, "only uid 65534") {
+			t.Errorf("what = %q\nruleset:\n%s", r.What, out.Stdout)
+		}
+		// 50065 is dropped from outside but any user may connect to it.
+		hasFix(t, CheckRPCExposure(Firewall{Nft: out.Stdout}, rpc[1:]), Warn, "skuid")
 	})
 	t.Run("systemd", func(t *testing.T) {
 		if _, err := exec.LookPath("systemd-analyze"); err != nil {
