@@ -86,17 +86,32 @@ func TestNftREADMERules(t *testing.T) {
 	}
 }
 
+// firewallCase is one firewall's facts, the ports checked, and the
+// status and fixes wanted.
+type firewallCase struct {
+	name  string
+	fw    Firewall
+	ports []Port
+	want  Status
+	fix   []string
+}
+
+func runFirewallCases(t *testing.T, check func(Firewall, []Port) Result, tests []firewallCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { hasFix(t, check(tt.fw, tt.ports), tt.want, tt.fix...) })
+	}
+}
+
+// running is firewalld running with public as its default zone.
+func running(all string) Firewall {
+	return Firewall{Firewalld: "running", Zone: "public", ZoneAll: all}
+}
+
 func TestCheckFirewallOpen(t *testing.T) {
 	loop := []Port{{Addr: "127.0.0.1", Port: 8080, Proto: "tcp", What: "nginx"}, {Addr: "127.0.0.1", Port: 8090, Proto: "tcp", What: "front door"}}
 	exposed := []Port{{Addr: "", Port: 8080, Proto: "tcp", What: "nginx"}, {Addr: "0.0.0.0", Port: 9466, Proto: "udp", What: "hints"}}
-	running := func(all string) Firewall { return Firewall{Firewalld: "running", Zone: "public", ZoneAll: all} }
-	tests := []struct {
-		name  string
-		fw    Firewall
-		ports []Port
-		want  Status
-		fix   []string
-	}{
+	tests := []firewallCase{
 		{name: "loopback only: no rule needed", fw: running(zonePublic("", "")), ports: loop, want: OK},
 		{name: "firewalld closes them", fw: running(zonePublic("", "")), ports: exposed, want: Fail,
 			fix: []string{"firewall-cmd --permanent --add-port=8080/tcp", "firewall-cmd --permanent --add-port=9466/udp", "firewall-cmd --reload"}},
@@ -108,21 +123,12 @@ func TestCheckFirewallOpen(t *testing.T) {
 		{name: "nftables without an input chain", fw: Firewall{Nft: "table ip nat {\n}\n"}, ports: exposed, want: OK},
 		{name: "nft not readable", fw: Firewall{NftErr: "Operation not permitted"}, ports: exposed, want: Warn, fix: []string{"nft list ruleset"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { hasFix(t, CheckFirewallOpen(tt.fw, tt.ports), tt.want, tt.fix...) })
-	}
+	runFirewallCases(t, CheckFirewallOpen, tests)
 }
 
 func TestCheckRPCExposure(t *testing.T) {
 	rpc := []Port{{Port: 50052, Proto: "tcp", What: "rpc-server"}}
-	running := func(all string) Firewall { return Firewall{Firewalld: "running", Zone: "public", ZoneAll: all} }
-	tests := []struct {
-		name  string
-		fw    Firewall
-		ports []Port
-		want  Status
-		fix   []string
-	}{
+	tests := []firewallCase{
 		{name: "single tier", fw: Firewall{}, want: OK},
 		{name: "open to every source", fw: running(zonePublic("50052/tcp", "")), ports: rpc, want: Warn,
 			fix: []string{"--remove-port=50052/tcp", "source address=NODES_CIDR port port=50052"}},
@@ -143,9 +149,7 @@ func TestCheckRPCExposure(t *testing.T) {
 		{name: "nftables without a rule for the port: unknown", fw: Firewall{Nft: nftInput}, ports: rpc, want: Warn, fix: []string{"tcp dport 50052 ip saddr != NODES_CIDR drop"}},
 		{name: "no firewall at all", fw: Firewall{NftMissing: true}, ports: rpc, want: Warn, fix: []string{"--add-rich-rule"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { hasFix(t, CheckRPCExposure(tt.fw, tt.ports), tt.want, tt.fix...) })
-	}
+	runFirewallCases(t, CheckRPCExposure, tests)
 }
 
 func TestGatherFirewall(t *testing.T) {
