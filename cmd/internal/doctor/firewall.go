@@ -32,6 +32,7 @@ type Port struct {
 	What  string
 }
 
+// String is the port as the report names it: "8080/tcp (nginx)".
 func (p Port) String() string { return fmt.Sprintf("%d/%s (%s)", p.Port, p.Proto, p.What) }
 
 // loopback reports whether p listens on a loopback address only.
