@@ -10,6 +10,8 @@
 //	status [--endpoint-dir DIR | --config TIER.toml] [--json]
 //	                            list the published endpoints
 //	check-config TIER.toml      validate a config and print its plan
+//	doctor --config TIER.toml   what this node still needs, with the fixes
+//	                            (exit 0 ready, 1 not ready, 2 usage)
 //	shim --token T -- argv      (internal) wraps each step's process
 //
 // Exit codes (the sbatch script and Slurm see them):
@@ -52,6 +54,9 @@ commands:
                          list the endpoints published in a directory
   check-config TIER.toml [options]
                          validate a config and print its plan (no Slurm needed)
+  doctor --config TIER.toml [--config ...] [--json]
+                         check what this node needs (munge, Slurm, firewall, directories)
+                         and print the fix for each miss; exit 1 when not ready
   shim --token T [--grace D] -- PROGRAM ARGS...
                          (internal) hold one step's process through Slurm's signals
   --version              print the version
@@ -95,6 +100,8 @@ func dispatch(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runStatus(args[1:], stdout, stderr)
 	case "check-config":
 		return runCheckConfig(args[1:], stdout, stderr)
+	case "doctor":
+		return runDoctor(args[1:], stdout, stderr)
 	case "shim":
 		return runShim(args[1:], stdin, stdout, stderr)
 	case "--version", "-version", "version":

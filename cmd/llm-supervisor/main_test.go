@@ -22,6 +22,10 @@ func TestDispatchExitCodes(t *testing.T) {
 		{name: "status without a directory", args: []string{"status"}, want: exitUsage},
 		{name: "status with both sources", args: []string{"status", "--endpoint-dir", "/tmp", "--config", "x"}, want: exitUsage},
 		{name: "status of a missing directory", args: []string{"status", "--endpoint-dir", "/nonexistent-dir"}, want: exitSetup},
+		{name: "doctor with a stray argument", args: []string{"doctor", "fast.toml"}, want: exitUsage},
+		{name: "doctor with a config that is not there", args: []string{"doctor", "--config", "/nonexistent/fast.toml"}, want: exitUsage},
+		{name: "doctor with a missing config", args: []string{"doctor", "--config", "/nonexistent.toml"}, want: exitUsage},
+		{name: "doctor with an extra argument", args: []string{"doctor", "--config", "x.toml", "now"}, want: exitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,7 +52,7 @@ func TestVersionIsStamped(t *testing.T) {
 // help is not an error: exit 0, on stdout, as Go's tools and Slurm's do.
 // A flag that does not exist is still a usage error.
 func TestHelpExitsZero(t *testing.T) {
-	for _, cmd := range []string{"run", "status", "check-config", "shim"} {
+	for _, cmd := range []string{"run", "status", "check-config", "shim", "doctor"} {
 		for _, flag := range []string{"-h", "--help"} {
 			t.Run(cmd+" "+flag, func(t *testing.T) {
 				var out, errOut bytes.Buffer

@@ -30,7 +30,7 @@ func TestBashCompletion(t *testing.T) {
 		want string
 	}{
 		{"llm-upstreams sy", "sync"},
-		{"llm-upstreams ", "sync watch front status report keep tier key usage completion --version --help"},
+		{"llm-upstreams ", "sync watch front status report init doctor keep tier key usage completion --version --help"},
 		{"llm-upstreams status --js", "--json"},
 		{"llm-upstreams keep --on", "--once"},
 		{"llm-upstreams keep st", "status"},

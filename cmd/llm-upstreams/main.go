@@ -10,8 +10,10 @@
 //	llm-upstreams keep …, llm-upstreams tier …     the keeper (keep.go)
 //	llm-upstreams key create|list|revoke|generate  a user's API keys, made with munge (key.go)
 //	llm-upstreams usage [--since 30d] [--by user]  what the front door served (usage.go)
+//	llm-upstreams doctor [--config FILE] [--json]  what this controller still needs, with the fixes
 //
-// Exit codes: 0 success, 1 the pass or watch failed, 2 usage or config error.
+// Exit codes: 0 success, 1 the pass or watch failed (doctor: not ready), 2
+// usage or config error.
 package main
 
 import (
@@ -73,6 +75,7 @@ func usage(w io.Writer) {
 		"       llm-upstreams keep|tier … (see llm-upstreams keep --help, llm-upstreams tier --help)\n"+
 		"       llm-upstreams key create|list|revoke|generate … (see llm-upstreams key --help)\n"+
 		"       llm-upstreams usage [--since 30d] [--by user|account|model|tier] [--json] [--config FILE]\n"+
+		"       llm-upstreams doctor [--config FILE] [--json]  (what this controller still needs, each miss with its fix; exit 1: not ready)\n"+
 		"       llm-upstreams completion bash  (bash completion: source <(llm-upstreams completion bash))\n"+
 		"       llm-upstreams --version\n")
 }
@@ -100,7 +103,7 @@ func printHelp(fs *flag.FlagSet, usage func(io.Writer), stdout io.Writer) int {
 
 // commands are the subcommands run parses itself (keep, tier, key,
 // usage and completion parse their own).
-var commands = []string{"sync", "watch", "front", "status", "report", "init"}
+var commands = []string{"sync", "watch", "front", "status", "report", "init", "doctor"}
 
 // checkLogFlags says what is wrong with --log-format or --log-level
 // ("" when nothing is).
@@ -149,7 +152,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("llm-upstreams "+cmd, stderr)
 	var o options
 	fs.StringVar(&o.config, "config", defaultConfig, "config file")
-	fs.BoolVar(&o.asJSON, "json", false, "status: print JSON")
+	fs.BoolVar(&o.asJSON, "json", false, "status, report, doctor: print JSON")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn, error")
 	fs.StringVar(&o.logFmt, "log-format", "text", "text or json (JSON lines)")
 	keeperFlag := fs.String("keeper-config", "", "status: show the keeper's tiers from this config (\"\" for none) instead of upstreams.toml's keeper_config")
@@ -190,6 +193,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runStatus(cfg, o, log, stdout)
 	case "init":
 		return runInit(cfg, log, stdout)
+	case "doctor":
+		return runDoctor(cfg, o.asJSON, log, stdout)
 	default: // report
 		return runReport(cfg, *since, o.asJSON, log, stdout)
 	}
