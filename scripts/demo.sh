@@ -320,6 +320,14 @@ info ":8090/reasoning/v1/chat/completions (the seed's URL; [front.tiers.reasonin
 say "status"
 llm-supervisor status --endpoint-dir "$EP_DIR" | sed 's/^/           /'
 llm-upstreams status --config "$DEMO_DIR/upstreams.toml" 2>/dev/null | sed 's/^/           /'
+say "llm-upstreams doctor: what this controller needs, checked (README: Install on a real cluster)"
+# The demo's controller as an admin would check it: its nginx (the private one [nginx] test
+# names), munge, Slurm and accounting, the directories, the installed units. Every line ok
+# or WARN, else the demo stops with the fixes doctor names.
+doctor_rc=0
+llm-upstreams doctor --config "$DEMO_DIR/upstreams.toml" >"$DEMO_DIR/doctor.out" 2>&1 || doctor_rc=$?
+sed 's/^/           /' "$DEMO_DIR/doctor.out"
+[ $doctor_rc = 0 ] || die "llm-upstreams doctor found this controller not ready (exit $doctor_rc): $(grep -h FAIL "$DEMO_DIR/doctor.out" | head -5)"
 
 # ---------------------------------------------------------------- who uses it
 say "who uses it: keys made with munge, a fair share of a busy tier, usage per user"

@@ -33,7 +33,7 @@ func runDoctor(cfg upstreams.Config, asJSON bool, log hclog.Logger, stdout io.Wr
 // doctorController is what the doctor takes from upstreams.toml.
 func doctorController(cfg upstreams.Config) doctor.Controller {
 	c := doctor.Controller{EndpointDir: cfg.EndpointDir, OutputDir: cfg.OutputDir,
-		StateDirs: []string{cfg.StateDir}, HintListen: cfg.HintListen}
+		StateDirs: []string{cfg.StateDir}, HintListen: cfg.HintListen, Nginx: cfg.Nginx.Test}
 	if !cfg.AllowAnyOwner {
 		c.AllowedOwners = cfg.AllowedOwners
 	}

@@ -44,16 +44,20 @@ const (
 )
 
 // GatherNginx runs nginx -t and nginx -T, reads nginx.conf when -T
-// cannot dump, and looks for the shipped site files.
-func GatherNginx(ctx context.Context, h Host) Nginx {
-	t := h.Run(ctx, Cmd{Name: "nginx", Args: []string{"-t"}})
+// cannot dump, and looks for the shipped site files. cmd is the nginx to
+// ask, as upstreams.toml's [nginx] test names it (the binary, then only
+// the arguments that choose a configuration: -c, -p, -g); none is "nginx"
+// with its own nginx.conf.
+func GatherNginx(ctx context.Context, h Host, cmd ...string) Nginx {
+	bin, args, conf := NginxCommand(cmd)
+	t := h.Run(ctx, Cmd{Name: bin, Args: append(slices.Clone(args), "-t")})
 	if t.Missing {
 		return Nginx{Missing: true}
 	}
 	n := Nginx{TestOK: t.Err == nil, TestOut: t.Text()}
-	if d := h.Run(ctx, Cmd{Name: "nginx", Args: []string{"-T"}}); d.Err == nil {
+	if d := h.Run(ctx, Cmd{Name: bin, Args: append(slices.Clone(args), "-T")}); d.Err == nil {
 		n.Files = parseDump(d.Stdout)
-	} else if b, err := h.ReadFile("/etc/nginx/nginx.conf"); err == nil {
+	} else if b, err := h.ReadFile(conf); err == nil {
 		n.MainConf = string(b)
 	}
 	for _, dir := range ShippedSiteDirs {
@@ -64,6 +68,32 @@ func GatherNginx(ctx context.Context, h Host) Nginx {
 		}
 	}
 	return n
+}
+
+// NginxCommand picks, from a command line such as [nginx] test
+// (["nginx", "-t", "-q", "-c", "/etc/nginx/nginx.conf"]), the binary, the
+// arguments that choose nginx's configuration (-c FILE, -p PREFIX, -g
+// DIRECTIVES) and the main config file they name (nginx's default
+// /etc/nginx/nginx.conf without -c).
+func NginxCommand(cmd []string) (bin string, args []string, conf string) {
+	bin, conf = "nginx", "/etc/nginx/nginx.conf"
+	if len(cmd) == 0 {
+		return bin, nil, conf
+	}
+	bin = cmd[0]
+	for i := 1; i < len(cmd); i++ {
+		switch a := cmd[i]; a {
+		case "-c", "-p", "-g":
+			if i+1 < len(cmd) {
+				args = append(args, a, cmd[i+1])
+				if a == "-c" {
+					conf = cmd[i+1]
+				}
+				i++
+			}
+		}
+	}
+	return bin, args, conf
 }
 
 var dumpHeader = regexp.MustCompile(`(?m)^# configuration file (.+):$`)

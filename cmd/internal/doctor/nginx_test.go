@@ -166,3 +166,29 @@ func TestShippedListens(t *testing.T) {
 		t.Errorf("shipped sites' listens (-want +got):\n%s", d)
 	}
 }
+
+// TestNginxCommand: the doctor asks the nginx the watcher tests, with the
+// configuration [nginx] test chooses, not always the system's nginx.conf.
+func TestNginxCommand(t *testing.T) {
+	tests := []struct {
+		name      string
+		cmd       []string
+		bin, conf string
+		args      []string
+	}{
+		{name: "none", bin: "nginx", conf: "/etc/nginx/nginx.conf"},
+		{name: "shipped", cmd: []string{"nginx", "-t", "-q"}, bin: "nginx", conf: "/etc/nginx/nginx.conf"},
+		{name: "a private nginx", cmd: []string{"/usr/sbin/nginx", "-q", "-t", "-c", "/run/demo/nginx.conf", "-p", "/run/demo"},
+			bin: "/usr/sbin/nginx", args: []string{"-c", "/run/demo/nginx.conf", "-p", "/run/demo"}, conf: "/run/demo/nginx.conf"},
+		{name: "-g kept", cmd: []string{"nginx", "-t", "-g", "pid /run/x.pid;"}, bin: "nginx",
+			args: []string{"-g", "pid /run/x.pid;"}, conf: "/etc/nginx/nginx.conf"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bin, args, conf := NginxCommand(tt.cmd)
+			if d := cmp.Diff([]any{tt.bin, tt.args, tt.conf}, []any{bin, args, conf}); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -22,6 +22,10 @@ type Controller struct {
 	// NeedAccounts says Slurm accounting is needed, and Why by what.
 	NeedAccounts bool
 	Why          string
+	// Nginx is the nginx the watcher tests ([nginx] test: the binary and
+	// its -c, -p and -g arguments); nil is "nginx" from PATH with its
+	// own nginx.conf.
+	Nginx []string
 }
 
 // ShippedListens are the shipped nginx sites' listen directives (used
@@ -32,7 +36,7 @@ var ShippedListens = []Listen{{"127.0.0.1", 8080}, {"127.0.0.1", 8081}, {"127.0.
 // report's order.
 func CheckController(ctx context.Context, h Host, c Controller) []Result {
 	se := GatherSELinux(ctx, h)
-	ng := GatherNginx(ctx, h)
+	ng := GatherNginx(ctx, h, c.Nginx...)
 	listens := ng.SiteListens(c.OutputDir, ShippedListens)
 	rs := []Result{CheckSELinuxMode(se), CheckSELinuxBoolean(se), CheckSELinuxPorts(se, listenPorts(listens)),
 		CheckNginxTest(ng), CheckNginxSite(ng, SiteTiers, c.OutputDir, false)}
