@@ -7,7 +7,9 @@
 #   - nginx -t on the shipped site etc/nginx/slurm-llm.conf, with the upstream files and
 #     the 503 bodies llm-upstreams writes for it, and the front door's site
 #     etc/nginx/slurm-llm-front.conf beside it, in a private nginx prefix (no running
-#     nginx needed). (etc/upstreams.toml is loaded by TestShippedConfig.)
+#     nginx needed); the same site in RHEL's layout (conf.d/*.conf inside http {}), failing
+#     before `llm-upstreams init` writes its includes and passing after. (etc/upstreams.toml
+#     is loaded by TestShippedConfig.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -98,6 +100,50 @@ if bin/llm-upstreams sync --config "$tmp/upstreams.toml" 2>"$tmp/sync.log" &&
 else
 	echo "FAIL nginx -t etc/nginx/slurm-llm.conf and slurm-llm-front.conf"
 	cat "$tmp/sync.log"
+	fail=1
+fi
+
+# RHEL's layout: nginx.conf includes conf.d/*.conf inside http {} (beside its own default server;
+# the layout of RHEL 8's nginx package), and the .rpm puts the site there, active at nginx's next
+# reload. Before `llm-upstreams init` nginx -t must fail (the site's includes are missing); after
+# it, pass: that is what the package's post-install step is for.
+rh=$tmp/rhel
+mkdir -p "$rh/conf.d" "$rh/default.d" "$rh/out" "$rh/logs"
+sed "s#/etc/nginx/slurm-llm/#$rh/out/#g" etc/nginx/slurm-llm.conf >"$rh/conf.d/slurm-llm.conf"
+cat >"$rh/nginx.conf" <<CONF
+worker_processes auto;
+error_log $rh/logs/error.log;
+pid $rh/nginx.pid;
+events { worker_connections 1024; }
+http {
+    log_format main '\$remote_addr - \$remote_user [\$time_local] "\$request" \$status';
+    access_log $rh/logs/access.log main;
+    client_body_temp_path $rh/body;
+    proxy_temp_path $rh/proxy;
+    fastcgi_temp_path $rh/fastcgi;
+    uwsgi_temp_path $rh/uwsgi;
+    scgi_temp_path $rh/scgi;
+    sendfile on;
+    keepalive_timeout 65;
+    types_hash_max_size 2048;
+    default_type application/octet-stream;
+    include $rh/conf.d/*.conf;
+    server {
+        listen 127.0.0.1:18080 default_server;
+        server_name _;
+        include $rh/default.d/*.conf;
+        location / { return 404; }
+    }
+}
+CONF
+sed -e "s#$tmp/upstreams#$rh/out#" "$tmp/upstreams.toml" >"$rh/upstreams.toml"
+if nginx -t -q -c "$rh/nginx.conf" 2>/dev/null; then
+	echo "FAIL nginx -t passed on RHEL's conf.d layout before llm-upstreams init wrote the includes"
+	fail=1
+elif bin/llm-upstreams init --config "$rh/upstreams.toml" >/dev/null && nginx -t -q -c "$rh/nginx.conf"; then
+	echo "ok   nginx -t etc/nginx/slurm-llm.conf in RHEL's conf.d/ with llm-upstreams init's placeholders"
+else
+	echo "FAIL nginx -t etc/nginx/slurm-llm.conf in RHEL's conf.d/ after llm-upstreams init"
 	fail=1
 fi
 exit $fail
