@@ -84,8 +84,10 @@ type AccountsOptions struct {
 	Sacctmgr string
 	// TTL is how long an answer is kept (10m); Timeout bounds one run (10s).
 	TTL, Timeout time.Duration
-	Run          execx.Runner
-	Now          func() time.Time
+	// Run runs sacctmgr (nil: execx.Slurm, in slurm.CommandEnv's
+	// environment).
+	Run execx.Runner
+	Now func() time.Time
 }
 
 // Accounts looks users' Slurm accounts up with sacctmgr and keeps the
@@ -117,6 +119,9 @@ func NewAccounts(opts AccountsOptions) *Accounts {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Run == nil {
+		opts.Run = execx.Slurm
 	}
 	return &Accounts{opts: opts, cache: map[string]cachedAccounts{}}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +115,28 @@ func TestWriteErrors(t *testing.T) {
 	if w.Code != 429 || w.Header().Get("Retry-After") != "2" || !strings.Contains(w.Body.String(), `"code":"rate_limit_exceeded"`) ||
 		!strings.Contains(w.Body.String(), `"type":"tokens"`) {
 		t.Errorf("429: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
+
+// TestAccountsRunSacctmgrInSlurmEnvironment pins that NewAccounts without
+// a runner runs sacctmgr as every parsed Slurm command runs
+// (slurm.CommandEnv): before, it inherited the front door's
+// SLURM_TIME_FORMAT and SQUEUE_* as they were. The fake answers only in
+// the forced environment.
+func TestAccountsRunSacctmgrInSlurmEnvironment(t *testing.T) {
+	sacctmgr := filepath.Join(t.TempDir(), "sacctmgr")
+	script := "#!/bin/sh\n" +
+		`[ "$SLURM_TIME_FORMAT" = standard ] || { echo "SLURM_TIME_FORMAT=$SLURM_TIME_FORMAT" >&2; exit 1; }` + "\n" +
+		"echo 'alice|chem|chem'\n"
+	if err := os.WriteFile(sacctmgr, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLURM_TIME_FORMAT", "relative")
+	ua, err := NewAccounts(AccountsOptions{Sacctmgr: sacctmgr}).Lookup(context.Background(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(UserAccounts{Default: "chem", All: []string{"chem"}}, ua); d != "" {
+		t.Errorf("Lookup (-want +got):\n%s", d)
 	}
 }
