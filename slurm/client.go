@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -30,7 +31,9 @@ var ErrUnavailable = errors.New("slurm controller unavailable")
 type Runner func(ctx context.Context, argv []string) (stdout, stderr []byte, err error)
 
 // Client runs Slurm's commands with a timeout. The zero value works: it runs
-// scontrol, squeue, sbatch and scancel from PATH with DefaultTimeout.
+// scontrol, squeue, sbatch and scancel from PATH with DefaultTimeout, in
+// this process's environment as CommandEnv makes it (SLURM_TIME_FORMAT
+// standard, the output-changing variables dropped).
 type Client struct {
 	// Scontrol, Squeue, Sbatch and Scancel name the binaries; "" means the
 	// plain name, looked up in PATH.
@@ -163,6 +166,7 @@ func containsAny(s string, marks []string) bool {
 func execRunner(ctx context.Context, argv []string) ([]byte, []byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = CommandEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()

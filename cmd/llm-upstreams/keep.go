@@ -152,6 +152,11 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 	if len(problems) > 0 {
 		return keepExitUsage
 	}
+	if problem, err := k.CheckRequeueHold(ctx); err != nil {
+		log.Warn("requeue_hold_max not checked against Slurm's requeue hold; going on", "error", err)
+	} else if problem != nil {
+		log.Warn("config", "error", problem)
+	}
 	if *once {
 		_, err := k.Pass(ctx)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"slurm-llm/endpoints/access/internal/execx"
+	"slurm-llm/slurm"
 )
 
 // ErrNoAccount means Slurm's accounting knows no association for the
@@ -27,8 +28,9 @@ type UserAccounts struct {
 }
 
 // ParseSacctmgr reads `sacctmgr -n -P show user NAME withassoc
-// format=User,DefaultAccount,Account` for user: one line per association,
-// "user|default|account". Lines of another user are an error (the name was
+// cluster=CLUSTER format=User,DefaultAccount,Account` for user: one line
+// per association, "user|default|account", the default being the
+// cluster's (so one cluster only: the last line's default is kept). Lines of another user are an error (the name was
 // not taken as a name); no line at all is ErrNoAccount.
 func ParseSacctmgr(out []byte, user string) (UserAccounts, error) {
 	var ua UserAccounts
@@ -82,18 +84,29 @@ type AccountsOptions struct {
 	Disabled bool
 	// Sacctmgr is the binary ("sacctmgr").
 	Sacctmgr string
+	// Cluster is the cluster whose associations count (sacctmgr's
+	// cluster=): a default account is per cluster, and a slurmdbd that
+	// serves several clusters answers for all of them when none is named
+	// (slurm/FACTS.md V8). "" means this one, as `scontrol show config`
+	// names it, asked on the first lookup and kept.
+	Cluster string
+	// Scontrol is the binary that names the cluster ("scontrol").
+	Scontrol string
 	// TTL is how long an answer is kept (10m); Timeout bounds one run (10s).
 	TTL, Timeout time.Duration
-	Run          execx.Runner
-	Now          func() time.Time
+	// Run runs sacctmgr (nil: execx.Slurm, in slurm.CommandEnv's
+	// environment).
+	Run execx.Runner
+	Now func() time.Time
 }
 
 // Accounts looks users' Slurm accounts up with sacctmgr and keeps the
 // answers for a TTL. Safe for concurrent use.
 type Accounts struct {
-	opts  AccountsOptions
-	mu    sync.Mutex
-	cache map[string]cachedAccounts
+	opts    AccountsOptions
+	mu      sync.Mutex
+	cluster string // opts.Cluster, or the one scontrol named
+	cache   map[string]cachedAccounts
 }
 
 type cachedAccounts struct {
@@ -109,6 +122,9 @@ func NewAccounts(opts AccountsOptions) *Accounts {
 	if opts.Sacctmgr == "" {
 		opts.Sacctmgr = "sacctmgr"
 	}
+	if opts.Scontrol == "" {
+		opts.Scontrol = "scontrol"
+	}
 	if opts.TTL <= 0 {
 		opts.TTL = 10 * time.Minute
 	}
@@ -118,7 +134,34 @@ func NewAccounts(opts AccountsOptions) *Accounts {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Accounts{opts: opts, cache: map[string]cachedAccounts{}}
+	if opts.Run == nil {
+		opts.Run = execx.Slurm
+	}
+	return &Accounts{opts: opts, cluster: opts.Cluster, cache: map[string]cachedAccounts{}}
+}
+
+// clusterName is the cluster the lookups ask about: opts.Cluster, else
+// ClusterName from `scontrol show config`, asked until it answers.
+func (a *Accounts) clusterName(ctx context.Context) (string, error) {
+	a.mu.Lock()
+	name := a.cluster
+	a.mu.Unlock()
+	if name != "" {
+		return name, nil
+	}
+	argv := []string{a.opts.Scontrol, "show", "config"}
+	out, err := execx.Run(ctx, a.opts.Run, a.opts.Timeout, argv, nil)
+	if err != nil {
+		return "", fmt.Errorf("name this cluster: %w", err)
+	}
+	cfg, err := slurm.ParseConfig(string(out))
+	if err != nil {
+		return "", fmt.Errorf("name this cluster: %w", err)
+	}
+	a.mu.Lock()
+	a.cluster = cfg.ClusterName
+	a.mu.Unlock()
+	return cfg.ClusterName, nil
 }
 
 // Lookup is user's accounts: from the cache when fresh, else from
@@ -133,7 +176,11 @@ func (a *Accounts) Lookup(ctx context.Context, user string) (UserAccounts, error
 	if ua, ok := a.cached(user, true); ok {
 		return ua, nil
 	}
-	argv := []string{a.opts.Sacctmgr, "-n", "-P", "show", "user", user, "withassoc", "format=User,DefaultAccount,Account"}
+	cluster, err := a.clusterName(ctx)
+	if err != nil {
+		return UserAccounts{}, fmt.Errorf("look up the Slurm accounts of %s: %w", user, err)
+	}
+	argv := []string{a.opts.Sacctmgr, "-n", "-P", "show", "user", user, "withassoc", "cluster=" + cluster, "format=User,DefaultAccount,Account"}
 	out, err := execx.Run(ctx, a.opts.Run, a.opts.Timeout, argv, nil)
 	if err != nil {
 		return UserAccounts{}, fmt.Errorf("look up the Slurm accounts of %s: %w", user, err)

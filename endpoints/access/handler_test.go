@@ -79,7 +79,7 @@ func newKeyRig(t *testing.T, o KeyHandlerOptions) *keyRig {
 	m := &fakeMunge{payloads: map[string][]byte{}, errs: map[string]error{}}
 	o.Store, o.Verifier, o.Users = store, m, fakeUsers{}
 	if o.Accounts == nil {
-		o.Accounts = NewAccounts(AccountsOptions{Run: sacctmgr})
+		o.Accounts = NewAccounts(AccountsOptions{Run: sacctmgr, Cluster: "c1"})
 	}
 	o.Now = func() time.Time { return t0 }
 	if o.Rate == 0 {
@@ -145,7 +145,7 @@ func TestKeyHandlerCreate(t *testing.T) {
 		{name: "accounts not asked: no override", uid: 1001, req: KeyRequest{Op: "create", Account: "phys"}, status: 400, code: "invalid_request",
 			accounts: NewAccounts(AccountsOptions{Disabled: true})},
 		{name: "sacctmgr failing", uid: 1001, req: KeyRequest{Op: "create"}, status: 503, code: "slurm_unavailable",
-			accounts: NewAccounts(AccountsOptions{Run: func(context.Context, []string, []byte) ([]byte, []byte, error) {
+			accounts: NewAccounts(AccountsOptions{Cluster: "c1", Run: func(context.Context, []string, []byte) ([]byte, []byte, error) {
 				return nil, []byte("sacctmgr: error: Problem talking to the database"), errors.New("exit status 1")
 			}})},
 	}

@@ -35,6 +35,8 @@ type fakeSlurm struct {
 	testErr  error
 	tested   []submitCall
 	parts    map[string]slurm.Partition
+	// config is what Config answers.
+	config slurm.Config
 }
 
 func (f *fakeSlurm) TestSubmit(ctx context.Context, script string, args ...string) (slurm.StartEstimate, error) {
@@ -137,3 +139,10 @@ type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time          { return c.t }
 func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func (f *fakeSlurm) Config(ctx context.Context) (slurm.Config, error) {
+	if f.queueErr != nil {
+		return slurm.Config{}, f.queueErr
+	}
+	return f.config, nil
+}

@@ -44,6 +44,8 @@ type Scheduler interface {
 	TestSubmit(ctx context.Context, script string, sbatchArgs ...string) (slurm.StartEstimate, error)
 	// Partitions lists the partitions with their nodes and PriorityTier.
 	Partitions(ctx context.Context) (map[string]slurm.Partition, error)
+	// Config is the controller's configuration (scontrol show config).
+	Config(ctx context.Context) (slurm.Config, error)
 }
 
 // Options are what a Keeper uses besides its config. The zero value talks

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints/tomlconf"
 	"slurm-llm/slurm"
 )
 
@@ -235,4 +236,47 @@ func (l *releaseLog) record(res ReleaseResult) {
 // LogRelease logs one check's decisions, as the loop does (keep --once).
 func LogRelease(log hclog.Logger, res ReleaseResult) {
 	(&releaseLog{log: log}).record(res)
+}
+
+// CheckRequeueHold compares requeue_hold_max with the hold Slurm puts on
+// a job it requeues, read from the controller (`scontrol show config`:
+// EligibleTime − SubmitTime is D + 1 s, D being cred_expire, or
+// requeue_delay on 25.11; slurm.Config.RequeueDelay). A requeue_hold_max
+// below that takes every requeued tier job for one deferred by someone,
+// and the job waits the whole hold: problem says so and what to set. It
+// is nil when no tier releases. err is a scheduler failure: nothing is
+// known then.
+func (k *Keeper) CheckRequeueHold(ctx context.Context) (problem, err error) {
+	releases := false
+	for _, tc := range k.cfg.Tiers {
+		releases = releases || tc.Release
+	}
+	if !releases || k.cfg.ReleaseInterval <= 0 {
+		return nil, nil
+	}
+	c, err := k.sched.Config(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check requeue_hold_max against Slurm's requeue hold: %w", err)
+	}
+	return requeueHoldProblem(k.cfg.Path, k.cfg.RequeueHoldMax, c), nil
+}
+
+// requeueHoldProblem is CheckRequeueHold's verdict: nil when holdMax
+// covers the hold Slurm sets with c.
+func requeueHoldProblem(file string, holdMax time.Duration, c slurm.Config) error {
+	hold := c.RequeueDelay() + time.Second
+	if holdMax >= hold {
+		return nil
+	}
+	source := "AuthInfo unset"
+	if c.AuthInfo != "" {
+		source = fmt.Sprintf("AuthInfo %q", c.AuthInfo)
+	}
+	if c.SchedulerParameters != "" {
+		source += fmt.Sprintf(", SchedulerParameters %q", c.SchedulerParameters)
+	}
+	return &tomlconf.Problem{File: file, Key: "requeue_hold_max", Reason: fmt.Sprintf(
+		"%s is shorter than the %s Slurm %s holds a requeued job (%s): every requeued tier job would be left alone "+
+			"as deferred by someone and wait the whole hold; set requeue_hold_max = %q",
+		holdMax, hold, c.Version, source, hold.String())}
 }

@@ -275,3 +275,76 @@ func TestPlanReleasesRequeueHoldAcrossVersions(t *testing.T) {
 		})
 	}
 }
+
+// showConfig is `scontrol show config` as 20.11 to 25.11 print it
+// ("%-23s = %s", src/api/config_info.c), cut to the keys that matter.
+func showConfig(version, authInfo, schedParams string) string {
+	var b strings.Builder
+	b.WriteString("Configuration data as of 2026-11-27T10:00:00\n")
+	for _, kv := range [][2]string{{"AuthInfo", authInfo}, {"ClusterName", "test"},
+		{"SchedulerParameters", schedParams}, {"SLURM_VERSION", version}} {
+		fmt.Fprintf(&b, "%-23s = %s\n", kv[0], kv[1])
+	}
+	return b.String() + "\nSlurmctld(primary) at head is UP\n"
+}
+
+// TestCheckRequeueHoldAcrossVersions pins the site whose requeued tier
+// jobs waited the whole hold: cred_expire (or 25.11's requeue_delay)
+// above 124 s against the default requeue_hold_max of 125 s. The check
+// reads D from each series' `scontrol show config` and says what to set.
+func TestCheckRequeueHoldAcrossVersions(t *testing.T) {
+	tests := []struct {
+		name, version, authInfo, schedParams string
+		holdMax                              time.Duration
+		wantSet                              string // "" when no problem
+	}{
+		{name: "20.11, defaults", version: "20.11.9", authInfo: "(null)", schedParams: "(null)", holdMax: 125 * time.Second},
+		{name: "22.05, cred_expire=124: 125 s, covered", version: "22.05.8", authInfo: "cred_expire=124", schedParams: "(null)", holdMax: 125 * time.Second},
+		{name: "22.05, cred_expire=300", version: "22.05.8", authInfo: "cred_expire=300", schedParams: "(null)",
+			holdMax: 125 * time.Second, wantSet: "5m1s"},
+		{name: "23.11, cred_expire=300, raised to 301 s", version: "23.11.11", authInfo: "cred_expire=300", schedParams: "(null)", holdMax: 301 * time.Second},
+		{name: "24.11, requeue_delay not read before 25.11", version: "24.11.7", authInfo: "(null)", schedParams: "requeue_delay=600", holdMax: 125 * time.Second},
+		{name: "25.05, requeue_delay not read before 25.11", version: "25.05.8", authInfo: "(null)", schedParams: "requeue_delay=600", holdMax: 125 * time.Second},
+		{name: "25.11, requeue_delay=600", version: "25.11.7", authInfo: "(null)", schedParams: "bf_interval=30,requeue_delay=600",
+			holdMax: 125 * time.Second, wantSet: "10m1s"},
+		{name: "25.11, requeue_delay=30 under cred_expire=300", version: "25.11.7", authInfo: "cred_expire=300", schedParams: "requeue_delay=30", holdMax: 125 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := slurm.ParseConfig(showConfig(tt.version, tt.authInfo, tt.schedParams))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, f, _, _ := releaseKeeper(t)
+			k.cfg.RequeueHoldMax = tt.holdMax
+			f.config = c
+			problem, err := k.CheckRequeueHold(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tt.wantSet == "" && problem != nil:
+				t.Errorf("problem %q, want none", problem)
+			case tt.wantSet != "" && (problem == nil || !strings.Contains(problem.Error(), fmt.Sprintf("set requeue_hold_max = %q", tt.wantSet))):
+				t.Errorf("problem %v, want one saying requeue_hold_max = %q", problem, tt.wantSet)
+			}
+		})
+	}
+}
+
+func TestCheckRequeueHoldAsksOnlyWhenReleasing(t *testing.T) {
+	k, f, _, _ := releaseKeeper(t)
+	f.config, _ = slurm.ParseConfig(showConfig("25.11.7", "(null)", "requeue_delay=600"))
+	tc := k.cfg.Tiers["fast"]
+	tc.Release = false
+	k.cfg.Tiers["fast"] = tc
+	if problem, err := k.CheckRequeueHold(context.Background()); problem != nil || err != nil {
+		t.Errorf("no tier releases: %v, %v; want nothing", problem, err)
+	}
+	tc.Release = true
+	k.cfg.Tiers["fast"] = tc
+	f.queueErr = fmt.Errorf("squeue: %w", slurm.ErrUnavailable)
+	if _, err := k.CheckRequeueHold(context.Background()); !errors.Is(err, slurm.ErrUnavailable) {
+		t.Errorf("scontrol unavailable: %v, want an error wrapping ErrUnavailable", err)
+	}
+}

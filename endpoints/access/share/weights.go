@@ -86,7 +86,7 @@ type WeightsOptions struct {
 	TTL time.Duration
 	// Timeout bounds one sshare run (10s).
 	Timeout time.Duration
-	// Run runs it (nil: exec).
+	// Run runs it (nil: execx.Slurm, in slurm.CommandEnv's environment).
 	Run execx.Runner
 	Now func() time.Time
 	Log hclog.Logger
@@ -120,6 +120,9 @@ func NewWeights(opts WeightsOptions) *Weights {
 	}
 	if opts.Log == nil {
 		opts.Log = hclog.NewNullLogger()
+	}
+	if opts.Run == nil {
+		opts.Run = execx.Slurm
 	}
 	return &Weights{opts: opts}
 }

@@ -8,9 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
+
+	"slurm-llm/slurm"
 )
 
 // Runner runs argv with stdin and returns what it printed. err is an
@@ -24,8 +27,21 @@ const MaxOutput = 1 << 20
 // Exec runs argv (no shell) with stdin, keeping at most MaxOutput bytes
 // of each output; a context that ends kills it.
 func Exec(ctx context.Context, argv []string, stdin []byte) ([]byte, []byte, error) {
+	return run(ctx, argv, stdin, nil)
+}
+
+// Slurm is Exec for a Slurm command whose output is parsed (sacctmgr,
+// sshare): it runs in slurm.CommandEnv's environment, so that a site's
+// SLURM_TIME_FORMAT or SQUEUE_* settings never reach it.
+func Slurm(ctx context.Context, argv []string, stdin []byte) ([]byte, []byte, error) {
+	return run(ctx, argv, stdin, slurm.CommandEnv(os.Environ()))
+}
+
+// run is Exec with env (nil: this process's environment).
+func run(ctx context.Context, argv []string, stdin []byte, env []string) ([]byte, []byte, error) {
 	stdout, stderr := &capped{n: MaxOutput}, &capped{n: MaxOutput}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = time.Second
@@ -33,15 +49,15 @@ func Exec(ctx context.Context, argv []string, stdin []byte) ([]byte, []byte, err
 	return stdout.b.Bytes(), stderr.b.Bytes(), err
 }
 
-// Run runs argv with run (nil: Exec) under timeout, and wraps a failure
-// as "ARGV: CAUSE: STDERR".
-func Run(ctx context.Context, run Runner, timeout time.Duration, argv []string, stdin []byte) ([]byte, error) {
-	if run == nil {
-		run = Exec
+// Run runs argv with runner (nil: Exec) under timeout, and wraps a
+// failure as "ARGV: CAUSE: STDERR".
+func Run(ctx context.Context, runner Runner, timeout time.Duration, argv []string, stdin []byte) ([]byte, error) {
+	if runner == nil {
+		runner = Exec
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, errOut, err := run(ctx, argv, stdin)
+	out, errOut, err := runner(ctx, argv, stdin)
 	if err == nil {
 		return out, nil
 	}
