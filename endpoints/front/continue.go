@@ -213,18 +213,27 @@ func (sp *splicer) eventBuffered() bool {
 // readEvent appends one SSE event (up to and with its blank line) to ev;
 // at the stream's end it returns what it read and the error.
 func readEvent(rd *bufio.Reader, ev []byte) ([]byte, error) {
+	start := len(ev) // where the line being read begins in ev
 	for {
-		line, err := rd.ReadSlice('\n')
-		ev = append(ev, line...)
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
+		chunk, err := rd.ReadSlice('\n')
+		ev = append(ev, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// The same line goes on: a line longer than the reader is read
+			// in pieces, and the '\n' that ends it is not a blank line of
+			// its own (a line of exactly the buffer's size read that way
+			// ended its event early, and the client joined it to the next).
 			continue
-		case err != nil:
+		}
+		if err != nil {
 			return ev, err
+		}
+		line := ev[start:]
+		start = len(ev)
+		switch {
 		case len(bytes.TrimSpace(line)) == 0 && len(bytes.TrimSpace(ev)) > 0:
 			return ev, nil
 		case len(bytes.TrimSpace(ev)) == 0:
-			ev = ev[:0] // blank lines between events
+			ev, start = ev[:0], 0 // blank lines between events
 		}
 	}
 }
