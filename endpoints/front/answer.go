@@ -57,14 +57,82 @@ const (
 )
 
 // sniffer passes a whole answer's body on unchanged, keeping its first
-// and last bytes; at its end it reads the usage (or /completion's
-// tokens_evaluated and tokens_predicted) and the finish reason there.
+// and last bytes; at its end it reads the usage and the finish reason
+// there. /completion's tokens_evaluated and tokens_predicted come before
+// its generation_settings and the echoed prompt, any length from the end,
+// so they are looked for in every byte as it passes (counts).
 type sniffer struct {
 	io.ReadCloser
 	c          *call
 	buf        *[sniffHead + sniffTail]byte
 	head, tail []byte
+	counts     countScan
 	done       bool
+}
+
+// countKeys are the keys of a whole /completion answer whose numbers are
+// its usage: prompt (evaluated), then completion (predicted).
+var countKeys = [2][]byte{[]byte(`"tokens_evaluated":`), []byte(`"tokens_predicted":`)}
+
+// countCarry is how many bytes of one read are kept for the next: a key
+// and its number (at most 19 + 1 + 20 bytes) may be cut between reads.
+const countCarry = 64
+
+// countScan finds the numbers of countKeys anywhere in a body read in
+// pieces. An unescaped `"tokens_predicted":` can only be a key (in a
+// string, such as the echoed prompt, its quotes are escaped), and no
+// nested object of llama-server's answer has these keys.
+type countScan struct {
+	carry  [countCarry]byte
+	nCarry int
+	val    [2]int
+	seen   [2]bool
+}
+
+// feed scans b: the keys wholly inside it, then those across the cut
+// between the last read and this one.
+func (c *countScan) feed(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	c.scan(b, 0)
+	if c.nCarry > 0 {
+		var join [2 * countCarry]byte
+		n := copy(join[:], c.carry[:c.nCarry])
+		n += copy(join[n:], b[:min(len(b), countCarry)])
+		c.scan(join[:n], c.nCarry)
+	}
+	if len(b) >= countCarry {
+		c.nCarry = copy(c.carry[:], b[len(b)-countCarry:])
+	} else {
+		keep := min(c.nCarry, countCarry-len(b))
+		copy(c.carry[:], c.carry[c.nCarry-keep:c.nCarry])
+		c.nCarry = keep + copy(c.carry[keep:], b)
+	}
+}
+
+// scan takes each key whose number is ended inside w by the byte after it
+// (a number at w's very end may go on in the next read), unless that byte
+// lies before from (an earlier scan saw it).
+func (c *countScan) scan(w []byte, from int) {
+	for k, key := range countKeys {
+		for off := 0; ; {
+			i := bytes.Index(w[off:], key)
+			if i < 0 {
+				break
+			}
+			i += off
+			off = i + len(key)
+			j := skipWS(w, off)
+			end, err := skipValue(w, j)
+			if err != nil || end >= len(w) || end < from {
+				continue
+			}
+			if f, ok := numberValue(w[j:end]); ok {
+				c.val[k], c.seen[k] = int(f), true
+			}
+		}
+	}
 }
 
 func newSniffer(c *call, body io.ReadCloser) *sniffer {
@@ -91,6 +159,7 @@ func (s *sniffer) Read(p []byte) (int, error) {
 	if room := sniffHead - len(s.head); room > 0 {
 		s.head = append(s.head, b[:min(room, len(b))]...)
 	}
+	s.counts.feed(b)
 	if len(b) >= sniffTail {
 		s.tail = append(s.tail[:0], b[len(b)-sniffTail:]...)
 	} else {
@@ -113,9 +182,8 @@ func (s *sniffer) read() {
 		if end, err := skipValue(s.tail, i+len(`"usage":`)); err == nil {
 			s.c.takeUsage(s.tail[i+len(`"usage":`) : end])
 		}
-	} else if p, ok := numberAfter(s.tail, `"tokens_evaluated":`); ok {
-		n, _ := numberAfter(s.tail, `"tokens_predicted":`)
-		s.c.prompt, s.c.completion, s.c.counted = p, n, true
+	} else if s.counts.seen[0] {
+		s.c.prompt, s.c.completion, s.c.counted = s.counts.val[0], s.counts.val[1], true
 	}
 	for _, part := range [][]byte{s.head, s.tail} {
 		if i := bytes.Index(part, []byte(`"finish_reason":"`)); i >= 0 {
@@ -132,22 +200,6 @@ func (s *sniffer) read() {
 	} else if bytes.Contains(s.tail, []byte(`"stop_type":`)) {
 		s.c.finish = finishStop
 	}
-}
-
-// numberAfter reads the integer after key in b.
-func numberAfter(b []byte, key string) (int, bool) {
-	i := bytes.LastIndex(b, []byte(key))
-	if i < 0 {
-		return 0, false
-	}
-	rest := b[i+len(key):]
-	j := skipWS(rest, 0)
-	end, err := skipValue(rest, j)
-	if err != nil {
-		return 0, false
-	}
-	f, ok := numberValue(rest[j:end])
-	return int(f), ok
 }
 
 // countAnswer adds a finished call's tokens and finish to the metrics.
