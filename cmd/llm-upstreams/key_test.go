@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -17,7 +18,7 @@ import (
 	usagedb "slurm-llm/endpoints/access/usage"
 )
 
-// pretendMunge hands out credentials "MUNGE:N:" for uid 1001 and decodes
+// pretendMunge hands out credentials "MUNGE:base64(N):" for uid 1001 and decodes
 // them once each, as munged would.
 type pretendMunge struct {
 	mu       sync.Mutex
@@ -29,7 +30,7 @@ func (p *pretendMunge) encode(ctx context.Context, payload []byte) ([]byte, erro
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.n++
-	c := fmt.Sprintf("MUNGE:%d:", p.n)
+	c := "MUNGE:" + base64.StdEncoding.EncodeToString([]byte(fmt.Sprint(p.n))) + ":"
 	p.payloads[c] = payload
 	return []byte(c), nil
 }

@@ -261,9 +261,15 @@ func (h *KeyHandler) refuseCredential(c *keyCall, err error) {
 }
 
 // remember refuses a credential taken before (munged refuses it too, but
-// forgets when it restarts) and keeps it until it expires.
+// forgets when it restarts) and keeps it until it expires. It keys on the
+// credential's decoded bytes: another spelling of the same base64 is the
+// same credential to munge.
 func (h *KeyHandler) remember(cred []byte, mc munge.Credential, now time.Time) error {
-	sum := sha256.Sum256(bytes.TrimSpace(cred))
+	raw, err := munge.Decode(cred)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(raw)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, until := range h.seen {

@@ -1,7 +1,9 @@
 package access
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +18,7 @@ import (
 	"slurm-llm/endpoints/access/munge"
 )
 
-// fakeMunge decodes credentials "MUNGE:<uid>x<n>:" whose payloads the
+// fakeMunge decodes credentials "MUNGE:base64(<uid>x<n>):" whose payloads the
 // test registered, refusing the ones it marked.
 type fakeMunge struct {
 	payloads map[string][]byte
@@ -25,6 +27,13 @@ type fakeMunge struct {
 
 func (f *fakeMunge) Verify(ctx context.Context, cred []byte) (munge.Credential, error) {
 	c := string(cred)
+	// As munged's decoder, the fake ignores the unused low bits of the last
+	// base64 character: another spelling of a credential is the credential.
+	if body, ok := strings.CutPrefix(strings.TrimSuffix(c, ":"), "MUNGE:"); ok {
+		if raw, err := base64.StdEncoding.DecodeString(body); err == nil {
+			c = "MUNGE:" + base64.StdEncoding.EncodeToString(raw) + ":"
+		}
+	}
 	if err := f.errs[c]; err != nil {
 		return munge.Credential{}, err
 	}
@@ -33,7 +42,8 @@ func (f *fakeMunge) Verify(ctx context.Context, cred []byte) (munge.Credential, 
 		return munge.Credential{}, munge.ErrInvalid
 	}
 	var uid uint32
-	fmt.Sscanf(strings.TrimPrefix(c, "MUNGE:"), "%dx", &uid)
+	raw, _ := base64.StdEncoding.DecodeString(strings.TrimSuffix(strings.TrimPrefix(c, "MUNGE:"), ":"))
+	fmt.Sscanf(string(raw), "%dx", &uid)
 	return munge.Credential{UID: uid, Encoded: t0, TTL: 300 * time.Second, Payload: p}, nil
 }
 
@@ -94,7 +104,7 @@ func (k *keyRig) cred(uid uint32, req KeyRequest) string {
 		req.Aud = KeyAudience
 	}
 	k.n++
-	c := fmt.Sprintf("MUNGE:%dx%d:", uid, k.n)
+	c := "MUNGE:" + base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("%dx%d", uid, k.n))) + ":"
 	k.m.payloads[c], _ = json.Marshal(req)
 	return c
 }
@@ -331,4 +341,48 @@ func TestParseKeyRequest(t *testing.T) {
 			t.Errorf("%s: err = %v, want ok %v", tt.name, err, tt.ok)
 		}
 	}
+}
+
+// TestReplayGuardTakesEverySpellingOfACredential: munge's decoder ignores
+// the unused low bits of a credential's last base64 character, so a
+// one-bit change of the text is the same credential (issue 37, defect 5:
+// with munged restarted within the credential's 300 s, one credential read
+// in transit made two keys). The guard keys on the decoded bytes and a
+// spelling munge never writes is refused before unmunge runs.
+func TestReplayGuardTakesEverySpellingOfACredential(t *testing.T) {
+	k := newKeyRig(t, KeyHandlerOptions{})
+	k.n = 11 // "1001x12": 7 bytes, so its base64 ends in "==" and 4 unused bits
+	c := k.cred(1001, KeyRequest{Op: "create"})
+	if status, body := k.send(http.MethodPost, c); status != 201 {
+		t.Fatalf("first use: %d %v", status, body)
+	}
+	body := strings.TrimSuffix(strings.TrimPrefix(c, "MUNGE:"), ":")
+	last := strings.TrimRight(body, "=")
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	i := strings.IndexByte(alphabet, last[len(last)-1])
+	other := "MUNGE:" + last[:len(last)-1] + string(alphabet[i^1]) + body[len(last):] + ":"
+	if raw1, _ := base64.StdEncoding.DecodeString(body); !bytes.Equal(raw1, mustDecode(t, other)) {
+		t.Fatalf("the test's other spelling %q decodes to other bytes", other)
+	}
+	status, got := k.send(http.MethodPost, other)
+	if status == 201 {
+		t.Fatalf("the same credential spelled %q made a second key", other)
+	}
+	if status != 401 {
+		t.Errorf("another spelling: %d %v, want 401", status, got)
+	}
+	if keys := k.store.List("alice"); len(keys) != 1 {
+		t.Errorf("alice has %d keys, want 1", len(keys))
+	}
+}
+
+// mustDecode decodes a credential's base64 as munge does (low bits
+// ignored).
+func mustDecode(t *testing.T, cred string) []byte {
+	t.Helper()
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSuffix(strings.TrimPrefix(cred, "MUNGE:"), ":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }

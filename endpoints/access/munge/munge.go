@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -62,20 +63,37 @@ type Credential struct {
 // CheckArmor reports whether cred looks like a munge credential
 // ("MUNGE:" base64 ":"), so that garbage is refused before unmunge runs.
 func CheckArmor(cred []byte) error {
+	_, err := Decode(cred)
+	return err
+}
+
+// Decode returns the credential's bytes under its armor ("MUNGE:" base64
+// ":"), decoded strictly: munge's encoder writes standard base64 with its
+// padding and the unused low bits of the last character zero, but its
+// decoder ignores those bits, so "MUNGE:…AB=:" and "MUNGE:…AA=:" are one
+// credential to unmunge. A spelling munge never writes is refused here,
+// and a replay guard keys on these bytes, never on the text.
+func Decode(cred []byte) ([]byte, error) {
 	c := bytes.TrimSpace(cred)
 	if len(c) > MaxCredential {
-		return fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxCredential)
+		return nil, fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxCredential)
 	}
 	body, ok := bytes.CutPrefix(c, []byte("MUNGE:"))
 	if !ok || len(body) < 2 || body[len(body)-1] != ':' {
-		return fmt.Errorf("%w: not a munge credential (want MUNGE:…:)", ErrInvalid)
+		return nil, fmt.Errorf("%w: not a munge credential (want MUNGE:…:)", ErrInvalid)
 	}
-	for _, b := range body[:len(body)-1] {
+	body = body[:len(body)-1]
+	for _, b := range body {
 		if !(b >= 'A' && b <= 'Z' || b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '+' || b == '/' || b == '=') {
-			return fmt.Errorf("%w: not a munge credential (a byte outside base64)", ErrInvalid)
+			return nil, fmt.Errorf("%w: not a munge credential (a byte outside base64)", ErrInvalid)
 		}
 	}
-	return nil
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(body)))
+	n, err := base64.StdEncoding.Strict().Decode(raw, body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not a munge credential (base64 as munge never writes it: %v)", ErrInvalid, err)
+	}
+	return raw[:n], nil
 }
 
 // keys are the metadata Verify asks unmunge for (-k), in the order every

@@ -190,6 +190,12 @@ func TestVerify(t *testing.T) {
 		{name: "no unmunge", cred: cred, err: exec.ErrNotFound, wantErr: ErrUnavailable},
 		{name: "garbage is refused before unmunge", cred: "hello", wantErr: ErrInvalid},
 		{name: "a byte outside base64", cred: "MUNGE:Aw$Q:", wantErr: ErrInvalid},
+		// munge's encoder leaves the unused low bits zero (src/munged/base64.c,
+		// base64_encode_block, munge-0.5.15) and its decoder ignores them:
+		// "MTAwMXgxMh==" is how munge writes these 7 bytes, "MTAwMXgxMi==" no
+		// encoder writes, and a replay guard keyed on text took it for new.
+		{name: "base64 munge never writes", cred: "MUNGE:MTAwMXgxMi==:", wantErr: ErrInvalid},
+		{name: "base64 without its padding", cred: "MUNGE:MTAwMXgxMh:", wantErr: ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
