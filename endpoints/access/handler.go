@@ -94,22 +94,37 @@ type KeyHandlerOptions struct {
 	AdminGroup string
 	// KeyTTL is a key's life, and the longest a client may ask (90 days).
 	KeyTTL time.Duration
-	// Rate and Burst bound the endpoint's requests, all users together
-	// (each costs an unmunge run): per second (1), and at once (5).
+	// Rate and Burst bound each user's requests, counted once unmunge
+	// has said who sent them: per second (1), and at once (5). A request
+	// that is not even a credential costs nothing and spends nothing.
 	Rate  float64
 	Burst int
-	Now   func() time.Time
-	Rand  io.Reader // crypto/rand
-	Log   hclog.Logger
+	// UnmungeRate and UnmungeBurst bound the unmunge runs of all requests
+	// together (what a flood of forged credentials costs the host): per
+	// second (50) and at once (50). Past them a 429 for everyone, so they
+	// sit well above what users make keys at.
+	UnmungeRate  float64
+	UnmungeBurst int
+	Now          func() time.Time
+	Rand         io.Reader // crypto/rand
+	Log          hclog.Logger
 }
 
 // KeyHandler serves KeysPath. Safe for concurrent use.
 type KeyHandler struct {
 	o       KeyHandlerOptions
-	limiter *rate.Limiter
+	unmunge *rate.Limiter // unmunge runs, all requests together
 	counts  *prometheus.CounterVec
 	mu      sync.Mutex
 	seen    map[[32]byte]time.Time // credentials taken, until they expire
+	users   map[uint32]*userBucket // each uid's requests
+}
+
+// userBucket is one uid's limiter and when it was last used (buckets
+// full again for a while are dropped).
+type userBucket struct {
+	lim  *rate.Limiter
+	last time.Time
 }
 
 // NewKeyHandler returns the key endpoint.
@@ -129,13 +144,20 @@ func NewKeyHandler(o KeyHandlerOptions) *KeyHandler {
 	if o.Burst <= 0 {
 		o.Burst = 5
 	}
+	if o.UnmungeRate <= 0 {
+		o.UnmungeRate = 50
+	}
+	if o.UnmungeBurst <= 0 {
+		o.UnmungeBurst = 50
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Log == nil {
 		o.Log = hclog.NewNullLogger()
 	}
-	h := &KeyHandler{o: o, limiter: rate.NewLimiter(rate.Limit(o.Rate), o.Burst), seen: map[[32]byte]time.Time{}}
+	h := &KeyHandler{o: o, unmunge: rate.NewLimiter(rate.Limit(o.UnmungeRate), o.UnmungeBurst),
+		seen: map[[32]byte]time.Time{}, users: map[uint32]*userBucket{}}
 	h.counts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_key_requests_total",
 		Help: "Requests to the key endpoint by operation (create, list, revoke, other) and result (ok, refused, limited, unavailable)."},
 		[]string{"op", "result"})
@@ -182,13 +204,6 @@ func (h *KeyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := h.o.Now()
-	if res := h.limiter.ReserveN(now, 1); res.DelayFrom(now) > 0 {
-		wait := res.DelayFrom(now)
-		res.CancelAt(now)
-		w.Header().Set("Retry-After", RetryAfter(wait))
-		c.fail(http.StatusTooManyRequests, CodeRateLimited, "the key endpoint is busy: retry after the time in Retry-After")
-		return
-	}
 	uid, req, ok := h.authenticate(c, r, now)
 	if !ok {
 		return
@@ -226,12 +241,24 @@ func (h *KeyHandler) authenticate(c *keyCall, r *http.Request, now time.Time) (u
 		c.fail(http.StatusUnauthorized, "invalid_munge_credential", "send a munge credential: Authorization: MUNGE <credential> (llm-upstreams key does it)")
 		return 0, KeyRequest{}, false
 	}
+	// What costs nothing comes first: a request that is not a credential
+	// spends no limiter, so nobody can shut the endpoint with bare requests.
+	if err := munge.CheckArmor([]byte(cred)); err != nil {
+		h.refuseCredential(c, err)
+		return 0, KeyRequest{}, false
+	}
+	if !h.allow(c, h.unmunge, now) {
+		return 0, KeyRequest{}, false
+	}
 	mc, err := h.o.Verifier.Verify(r.Context(), []byte(cred))
 	if err == nil {
 		err = h.remember([]byte(cred), mc, now)
 	}
 	if err != nil {
 		h.refuseCredential(c, err)
+		return 0, KeyRequest{}, false
+	}
+	if !h.allow(c, h.userLimiter(mc.UID, now), now) {
 		return 0, KeyRequest{}, false
 	}
 	req, err := parseKeyRequest(mc.Payload)
@@ -258,6 +285,37 @@ func (h *KeyHandler) refuseCredential(c *keyCall, err error) {
 	default:
 		c.fail(http.StatusUnauthorized, "invalid_munge_credential", "not a valid munge credential of this cluster")
 	}
+}
+
+// allow takes one token of lim, or answers 429 with the wait.
+func (h *KeyHandler) allow(c *keyCall, lim *rate.Limiter, now time.Time) bool {
+	res := lim.ReserveN(now, 1)
+	if wait := res.DelayFrom(now); wait > 0 {
+		res.CancelAt(now)
+		c.w.Header().Set("Retry-After", RetryAfter(wait))
+		c.fail(http.StatusTooManyRequests, CodeRateLimited, "the key endpoint is busy: retry after the time in Retry-After")
+		return false
+	}
+	return true
+}
+
+// userLimiter is uid's bucket (Rate, Burst); buckets unused for an hour
+// are dropped as it goes (they are full again by then).
+func (h *KeyHandler) userLimiter(uid uint32, now time.Time) *rate.Limiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for u, b := range h.users {
+		if now.Sub(b.last) > time.Hour {
+			delete(h.users, u)
+		}
+	}
+	b := h.users[uid]
+	if b == nil {
+		b = &userBucket{lim: rate.NewLimiter(rate.Limit(h.o.Rate), h.o.Burst)}
+		h.users[uid] = b
+	}
+	b.last = now
+	return b.lim
 }
 
 // remember refuses a credential taken before (munged refuses it too, but

@@ -386,3 +386,60 @@ func mustDecode(t *testing.T, cred string) []byte {
 	}
 	return raw
 }
+
+// TestKeyEndpointCannotBeShutForOthers: requests that are no credential
+// spend nothing, and one user's burst is his own (issue 37, defect 4: one
+// global bucket was spent before the method, scheme or armor were checked,
+// so five bare GETs a second kept every user from creating, listing or
+// revoking keys, a leaked key included).
+func TestKeyEndpointCannotBeShutForOthers(t *testing.T) {
+	k := newKeyRig(t, KeyHandlerOptions{Rate: 1, Burst: 5})
+	junk := []struct{ method, auth string }{
+		{http.MethodGet, ""}, {http.MethodPut, "MUNGE " + k.cred(1002, KeyRequest{Op: "list"})},
+		{http.MethodGet, "Bearer x"}, {http.MethodGet, "MUNGE hello"}, {http.MethodGet, "MUNGE MUNGE:MTAwMXgxMi==:"},
+	}
+	for i := 0; i < 20; i++ {
+		for _, j := range junk {
+			r := httptest.NewRequest(j.method, KeysPath, nil)
+			if j.auth != "" {
+				r.Header.Set("Authorization", j.auth)
+			}
+			w := httptest.NewRecorder()
+			k.h.ServeHTTP(w, r)
+			if w.Code == 429 || w.Code < 400 {
+				t.Fatalf("junk %s %q: %d", j.method, j.auth, w.Code)
+			}
+		}
+	}
+	// bob spends his own bucket and more
+	for i := 0; i < 8; i++ {
+		k.send(http.MethodGet, k.cred(1002, KeyRequest{Op: "list"}))
+	}
+	if status, _ := k.send(http.MethodGet, k.cred(1002, KeyRequest{Op: "list"})); status != 429 {
+		t.Errorf("bob past his burst: %d, want 429", status)
+	}
+	for i := 0; i < 5; i++ {
+		if status, body := k.send(http.MethodGet, k.cred(1001, KeyRequest{Op: "list"})); status != 200 {
+			t.Fatalf("alice's request %d after the junk and bob's burst: %d %v", i, status, body)
+		}
+	}
+}
+
+// TestKeyEndpointBoundsUnmungeRuns: credentials that look right but are
+// forged still cost an unmunge run each, and those are bounded for all
+// requests together (UnmungeBurst at once).
+func TestKeyEndpointBoundsUnmungeRuns(t *testing.T) {
+	k := newKeyRig(t, KeyHandlerOptions{UnmungeRate: 1, UnmungeBurst: 10})
+	forged := "MUNGE:" + base64.StdEncoding.EncodeToString([]byte("forged")) + ":"
+	codes := map[int]int{}
+	for i := 0; i < 15; i++ {
+		r := httptest.NewRequest(http.MethodGet, KeysPath, nil)
+		r.Header.Set("Authorization", "MUNGE "+forged)
+		w := httptest.NewRecorder()
+		k.h.ServeHTTP(w, r)
+		codes[w.Code]++
+	}
+	if d := cmp.Diff(map[int]int{401: 10, 429: 5}, codes); d != "" {
+		t.Errorf("15 forged credentials at once (-want +got):\n%s", d)
+	}
+}
