@@ -156,6 +156,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/chat/completions", s.handleChat)
 	mux.HandleFunc("/completion", s.handleCompletion)
 	mux.HandleFunc("/completions", s.handleCompletion)
+	mux.HandleFunc("/infill", s.handleCompletion) // /completion's events (FACTS.md Q10)
 	mux.HandleFunc("/metrics", s.handleMetrics)
 	mux.HandleFunc("/slots", s.handleSlots)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -46,10 +46,11 @@ import (
 type streamKind int
 
 const (
-	streamNone streamKind = iota // not a stream the front door reads
-	streamChat                   // OpenAI chat chunks, ending in [DONE]
-	streamRaw                    // llama-server's /completion events, ending with "stop": true
-	streamText                   // OpenAI completion chunks (choices[].text): read, not continued
+	streamNone   streamKind = iota // not a stream the front door reads
+	streamChat                     // OpenAI chat chunks, ending in [DONE]
+	streamRaw                      // llama-server's /completion events, ending with "stop": true
+	streamText                     // OpenAI completion chunks (choices[].text): read, not continued
+	streamInfill                   // /infill: /completion's events (read as streamRaw), not continued
 )
 
 // kindOf is the stream shape of a request path.
@@ -57,13 +58,21 @@ func kindOf(path string) streamKind {
 	switch path {
 	case "/v1/chat/completions", "/chat/completions":
 		return streamChat
-	case "/completion":
+	case "/completion", "/completions":
+		// llama-server serves both with /completion's handler: its own
+		// events, not OpenAI's (FACTS.md Q10).
 		return streamRaw
-	case "/v1/completions", "/completions":
+	case "/infill":
+		return streamInfill
+	case "/v1/completions":
 		return streamText
 	}
 	return streamNone
 }
+
+// raw reports whether the kind's events are llama-server's own
+// (/completion's: "content", "stop": true at the end, no [DONE]).
+func (k streamKind) raw() bool { return k == streamRaw || k == streamInfill }
 
 // counted reports whether the front door asks this kind's head for its
 // usage chunk (stream_options.include_usage: OpenAI's shapes).
@@ -74,6 +83,9 @@ func (k streamKind) counted() bool { return k == streamChat || k == streamText }
 // answer does not refuse it: "grammar": "", "response_format": {"type":
 // "text"}, "logprobs": false.
 func refusedBecause(kind streamKind, k reqKeys) string {
+	if kind == streamInfill {
+		return "an /infill answer is not continued: its prompt is built from input_prefix and input_suffix"
+	}
 	if kind != streamChat && kind != streamRaw {
 		return "only /v1/chat/completions and /completion streams are continued"
 	}
@@ -481,7 +493,7 @@ func (sp *splicer) continuation(h *head) ([]byte, error) {
 			set(key, limit-used)
 		}
 	}
-	if sp.kind == streamRaw {
+	if sp.kind.raw() {
 		var prompt string
 		if err := json.Unmarshal(body["prompt"], &prompt); err != nil {
 			return nil, errors.New("its prompt is not a plain string")
@@ -650,7 +662,7 @@ func (sp *splicer) take(ev []byte) {
 		sp.out.Write(ev)
 		return
 	}
-	if sp.kind == streamRaw {
+	if sp.kind.raw() {
 		sp.takeRaw(ev, e.data)
 		return
 	}

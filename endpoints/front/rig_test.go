@@ -193,7 +193,8 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, mode string, gate chan struct{}, echo bool, tokens int) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
-	raw := r.URL.Path == "/completion"
+	// llama-server serves /completions and /infill with /completion's handler (FACTS.md Q10).
+	raw := r.URL.Path == "/completion" || r.URL.Path == "/completions" || r.URL.Path == "/infill"
 	id := "c-" + h.job
 	h.mu.Lock()
 	multiline, pairs := h.multiline, h.pairs
