@@ -38,8 +38,8 @@ type FrontAuth struct {
 	StaticKeysFile string
 	// KeyTTL is an issued key's life (and the longest a user may ask).
 	KeyTTL time.Duration
-	// KeyRate and KeyBurst bound the key endpoint: requests per second,
-	// and at once, all users together.
+	// KeyRate and KeyBurst bound each user's requests to the key endpoint
+	// (per second, and at once), counted once unmunge has said who it is.
 	KeyRate  float64
 	KeyBurst int
 	// SlurmAccounts: a key's account is the user's Slurm account
