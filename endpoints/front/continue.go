@@ -143,6 +143,7 @@ type splicer struct {
 	data    []byte // a multi-line event's data, joined (reused)
 
 	// What the client has received.
+	taken       int // events taken (any head): a stream is never moved before its first
 	id, model   string
 	created     json.RawMessage
 	content     []byte
@@ -329,10 +330,17 @@ func (sp *splicer) current() *head {
 
 // drainingSwitch moves the stream, between two events, off a head whose
 // endpoint now drains, when another head serves the model: the drain then
-// waits for nothing of ours. It reports whether it switched.
+// waits for nothing of ours. It reports whether it switched. Never before
+// the answer's first event (the client would get the next head's answer
+// without its role chunk, which a continuation's splice drops), and never
+// while a whole event the head sent is buffered (it is the client's: the
+// move comes after it).
 func (sp *splicer) drainingSwitch() bool {
 	h := sp.current()
 	if sp.refuse != "" || sp.finished || sp.toolCall || h == nil || !sp.s.draining(h) || sp.out.Len() > 0 {
+		return false
+	}
+	if sp.taken == 0 || sp.eventBuffered() {
 		return false
 	}
 	if sp.c.continued >= sp.s.cfg.Load().MaxContinuations {
@@ -645,6 +653,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // take passes one event on, noting what the client has received; a
 // continuation's events are rewritten into the first answer's.
 func (sp *splicer) take(ev []byte) {
+	sp.taken++
 	var e sseEvent
 	e, sp.data = parseEvent(ev, sp.data)
 	switch {
