@@ -29,7 +29,8 @@ func keyUsage(w io.Writer) {
 		"       llm-upstreams key list [--all] [--url URL] [--json]\n"+
 		"       llm-upstreams key revoke (--id ID | --user NAME) [--url URL] [--json]\n"+
 		"       llm-upstreams key generate   (a random key for the static keys file; nothing is sent)\n"+
-		"The front door's URL: --url, else $%s, else [front] listen of --config (if readable).\n"+
+		"The front door's URL: --url, else $%s, else [front] listen of --config when it names one\n"+
+		"address of the network (never a loopback or wildcard one: on a node, another user could listen there).\n"+
 		"Each request carries a munge credential (munge is run with the request as its payload).\n", URLEnv)
 }
 
@@ -153,7 +154,10 @@ func (o keyOptions) request() (access.KeyRequest, string, error) {
 }
 
 // frontURL is the front door's base URL: --url, $SLURM_LLM_URL, or the
-// config's [front] listen.
+// config's [front] listen when it names one address of the network. A
+// loopback or wildcard listen is never taken: run on a node, 127.0.0.1 is
+// the node's own, where any user may listen first and take the fresh
+// credential to trade it for a key in the caller's name.
 func (o keyOptions) frontURL() (string, error) {
 	u := o.url
 	if u == "" {
@@ -165,8 +169,8 @@ func (o keyOptions) frontURL() (string, error) {
 			return "", fmt.Errorf("no front door URL: pass --url http://HOST:PORT or set %s", URLEnv)
 		}
 		host, port, _ := net.SplitHostPort(cfg.Front.Listen)
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
+		if local(host) {
+			return "", fmt.Errorf("no front door URL: pass --url http://HOST:PORT or set %s ([front] listen %q is this host's own loopback or every address: on a node another user could listen there first and take the credential)", URLEnv, cfg.Front.Listen)
 		}
 		u = "http://" + net.JoinHostPort(host, port)
 	}
@@ -176,8 +180,19 @@ func (o keyOptions) frontURL() (string, error) {
 	return strings.TrimRight(u, "/"), nil
 }
 
+// local reports whether host is a wildcard, a loopback address or
+// localhost: an address every host has of its own.
+func local(host string) bool {
+	if host == "" || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
+}
+
 // send makes the credential and sends the request.
 func (o keyOptions) send(ctx context.Context, base, method string, req access.KeyRequest) (int, []byte, error) {
+	req.To = base // the front door it is meant for (checked there)
 	payload, _ := json.Marshal(req)
 	encode := o.encode
 	if encode == nil {

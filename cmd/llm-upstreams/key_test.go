@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -129,5 +131,58 @@ func TestUsageCommand(t *testing.T) {
 	errOut.Reset()
 	if code := run([]string{"usage", "--config", cfg}, &out, &errOut); code != exitFailed || !strings.Contains(errOut.String(), "usage.db") {
 		t.Errorf("no database: %d %s", code, errOut.String())
+	}
+}
+
+// TestKeyCommandNeverDefaultsToALocalAddress (issue 37, defect 6): without
+// --url or $SLURM_LLM_URL the key command took the config's [front] listen
+// and made a wildcard loopback: run on a node, it sent a fresh credential
+// to the node's own 127.0.0.1:8090, where any other user could listen
+// first and trade it for a key in the caller's name. A loopback or
+// wildcard listen is now refused before munge runs; one address of the
+// network is still taken; what is sent names the URL it was made for.
+func TestKeyCommandNeverDefaultsToALocalAddress(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct{ listen, want string }{
+		{listen: "127.0.0.1:8090"}, {listen: "0.0.0.0:8090"}, {listen: "[::1]:8090"}, {listen: ":8090"}, {listen: "localhost:8090"},
+		{listen: "10.77.0.1:8090", want: "http://10.77.0.1:8090"},
+	} {
+		t.Run(tt.listen, func(t *testing.T) {
+			cfg := filepath.Join(dir, "upstreams.toml")
+			body := "allow_any_owner = true\nallow_any_network = true\nendpoint_dir = \"/e\"\n[tiers.fast]\n[front]\nlisten = \"" + tt.listen + "\"\n"
+			if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errOut bytes.Buffer
+			encoded := 0
+			o := keyOptions{op: "list", config: cfg, stdout: &out, stderr: &errOut, timeout: time.Second,
+				getenv: func(string) string { return "" },
+				encode: func(ctx context.Context, p []byte) ([]byte, error) {
+					encoded++
+					return nil, errors.New("no munge here")
+				}}
+			got, err := o.frontURL()
+			if tt.want == "" {
+				if err == nil || !strings.Contains(err.Error(), "--url") {
+					t.Errorf("frontURL = %q, %v; want an error naming --url", got, err)
+				}
+				if code := o.run(context.Background()); code != exitUsage || encoded != 0 {
+					t.Errorf("run: exit %d, munge run %d times; want %d and 0: %s", code, encoded, exitUsage, errOut.String())
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("frontURL = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+	// The payload names the front door it was made for.
+	var payload []byte
+	o := keyOptions{op: "list", url: "https://slurm-ctl.example.ts.net", stdout: io.Discard, stderr: io.Discard, timeout: time.Second,
+		getenv: func(string) string { return "" },
+		encode: func(ctx context.Context, p []byte) ([]byte, error) { payload = p; return nil, errors.New("stop here") }}
+	o.run(context.Background())
+	if !strings.Contains(string(payload), `"to":"https://slurm-ctl.example.ts.net"`) {
+		t.Errorf("payload %s does not name the front door", payload)
 	}
 }

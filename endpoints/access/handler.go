@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +61,12 @@ type KeyRequest struct {
 	// own, or anyone's for an admin).
 	ID   string `json:"id,omitempty"`
 	User string `json:"user,omitempty"`
+	// To is the front door's URL the client sent it to. A credential made
+	// for a loopback URL is good only on a direct connection from this
+	// host's loopback (no proxy's X-Forwarded-For: tailscale serve and the
+	// shipped nginx site add one): one a node's user captured by listening
+	// on the node's own 127.0.0.1 and replayed here is refused.
+	To string `json:"to,omitempty"`
 }
 
 // KeyInfo is a key as listed: never the key or its hash.
@@ -269,6 +277,16 @@ func (h *KeyHandler) authenticate(c *keyCall, r *http.Request, now time.Time) (u
 		c.fail(http.StatusBadRequest, "invalid_request", err.Error())
 		return 0, KeyRequest{}, false
 	}
+	if fwd := r.Header.Get("X-Forwarded-For"); loopbackURL(req.To) && (!loopbackPeer(r.RemoteAddr) || fwd != "") {
+		// Made for a loopback URL and not from this host's loopback: a
+		// credential another user of a node took by listening on the node's
+		// own 127.0.0.1, or one sent there by mistake: either way not for us.
+		h.o.Log.Warn("key request with a credential made for a loopback URL from elsewhere: refused",
+			"uid", mc.UID, "to", cut(req.To, 128), "remote", r.RemoteAddr, "forwarded_for", cut(fwd, 64))
+		c.fail(http.StatusUnauthorized, "credential_for_another_door",
+			"the credential was made for "+cut(req.To, 128)+", a loopback address of the host that made it, not this front door: run llm-upstreams key with --url set to this front door's URL")
+		return 0, KeyRequest{}, false
+	}
 	return mc.UID, req, true
 }
 
@@ -340,6 +358,32 @@ func (h *KeyHandler) remember(cred []byte, mc munge.Credential, now time.Time) e
 	}
 	h.seen[sum] = mc.Encoded.Add(mc.TTL).Add(time.Minute) // a minute for clocks apart
 	return nil
+}
+
+// loopbackURL reports whether u's host is a loopback address or
+// localhost.
+func loopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return false
+	}
+	h := p.Hostname()
+	if strings.EqualFold(h, "localhost") || strings.HasSuffix(strings.ToLower(h), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackPeer reports whether a connection's remote address is a
+// loopback one.
+func loopbackPeer(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // maxPayload bounds a KeyRequest.

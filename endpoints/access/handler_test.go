@@ -443,3 +443,41 @@ func TestKeyEndpointBoundsUnmungeRuns(t *testing.T) {
 		t.Errorf("15 forged credentials at once (-want +got):\n%s", d)
 	}
 }
+
+// TestCredentialForALoopbackURLOnlyFromLoopback (issue 37, defect 6): a
+// credential the key command made for http://127.0.0.1:8090 on a node,
+// where another user may listen first and take it, is refused when it
+// reaches the front door from elsewhere (another host, or through a proxy:
+// tailscale serve and the shipped nginx site add X-Forwarded-For); made on
+// the front door's own host and sent there directly, it is good.
+func TestCredentialForALoopbackURLOnlyFromLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		name, to, remote, forwarded string
+		want                        int
+	}{
+		{name: "the door's own host, direct", to: "http://127.0.0.1:8090", remote: "127.0.0.1:40000", want: 201},
+		{name: "another host", to: "http://127.0.0.1:8090", remote: "10.77.0.11:40000", want: 401},
+		{name: "through tailscale serve", to: "http://127.0.0.1:8090", remote: "127.0.0.1:40000", forwarded: "100.64.0.7", want: 401},
+		{name: "localhost from another host", to: "http://localhost:8090", remote: "10.77.0.11:40000", want: 401},
+		{name: "the door's URL from another host", to: "https://slurm-ctl.example.ts.net", remote: "10.77.0.11:40000", want: 201},
+		{name: "an old client (no to)", remote: "10.77.0.11:40000", want: 201},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			k := newKeyRig(t, KeyHandlerOptions{})
+			r := httptest.NewRequest(http.MethodPost, KeysPath, nil)
+			r.RemoteAddr = tt.remote
+			if tt.forwarded != "" {
+				r.Header.Set("X-Forwarded-For", tt.forwarded)
+			}
+			r.Header.Set("Authorization", "MUNGE "+k.cred(1001, KeyRequest{Op: "create", To: tt.to}))
+			w := httptest.NewRecorder()
+			k.h.ServeHTTP(w, r)
+			if w.Code != tt.want {
+				t.Errorf("%d %s, want %d", w.Code, w.Body, tt.want)
+			}
+			if tt.want == 401 && !strings.Contains(w.Body.String(), "credential_for_another_door") {
+				t.Errorf("body %s, want credential_for_another_door", w.Body)
+			}
+		})
+	}
+}
