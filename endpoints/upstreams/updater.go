@@ -77,11 +77,9 @@ type Updater struct {
 	views     []TierView
 	decisions []endpoints.Decision
 	// keeper is the keeper's config, when keeper_config names one that
-	// loaded; keeperFile is what the last look at that file saw (nil: not
-	// there); keeperLooked is set after the first look (keeperconf.go).
-	keeper       *keeper.Config
-	keeperFile   os.FileInfo
-	keeperLooked bool
+	// loaded; keeperFile follows that file (keeper.Follower).
+	keeper     *keeper.Config
+	keeperFile keeper.Follower
 	// avail is the availability record, open while Watch runs with a
 	// state_dir.
 	avail *Record
@@ -167,9 +165,15 @@ func (u *Updater) Metrics() *Metrics { return u.opts.Metrics }
 func (u *Updater) SetConfig(cfg Config) {
 	u.cfg = cfg
 	u.opts.Runner = replaceTimeout(u.opts.Runner, cfg.Nginx.Timeout)
-	u.keeper, u.keeperFile, u.keeperLooked = nil, nil, false // read again, whatever the file's stamp
+	u.keeperFile.Reset() // read again, whatever the file's stamp
 	u.refreshKeeper()
 }
+
+// refreshKeeper takes the keeper's config as it is now: every pass looks
+// at keeper_config (one stat) and reads it again when it changed, so that
+// a watcher or front door started before the file, or before a tier was
+// added to it, follows it (keeper.Follower).
+func (u *Updater) refreshKeeper() { u.keeper = u.keeperFile.Refresh(u.cfg.KeeperConfig, u.opts.Log) }
 
 // replaceTimeout keeps an ExecRunner's timeout in step with the config.
 func replaceTimeout(r Runner, d time.Duration) Runner {
