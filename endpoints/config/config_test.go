@@ -1,4 +1,4 @@
-package upstreams
+package config
 
 import (
 	"os"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/upstreams"
 )
 
 // anyEnd opts out of the owner and network checks, for cases about other keys.
@@ -152,8 +153,8 @@ func TestConfigDefaults(t *testing.T) {
 		cfg.StateDir, cfg.Outage, cfg.Record, cfg.Stale}
 	want := []any{"/etc/nginx/slurm-llm", []string{"nginx", "-t", "-q"}, []string{"nginx", "-s", "reload"},
 		time.Second, 100 * time.Millisecond, true, "",
-		OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
-		RecordConfig{MaxSize: 8 << 20}, StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute}}
+		upstreams.OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
+		upstreams.RecordConfig{MaxSize: 8 << 20}, upstreams.StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}
