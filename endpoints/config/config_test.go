@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -135,7 +136,7 @@ func TestShippedConfig(t *testing.T) {
 		t.Errorf("shipped config is not deny-by-default: uids (-want +got):\n%s networks %v any owner %v any network %v",
 			d, cfg.AllowedPrefixes, cfg.AllowAnyOwner, cfg.AllowAnyNetwork)
 	}
-	want := []endpoints.TierSpec{{Name: "fast", RetryAfter: 30}, {Name: "reasoning", Backup: "fast", RetryAfter: 30}}
+	want := []nginx.TierSpec{{Name: "fast", RetryAfter: 30}, {Name: "reasoning", Backup: "fast", RetryAfter: 30}}
 	if d := cmp.Diff(want, cfg.TierSpecs()); d != "" {
 		t.Errorf("tiers (-want +got):\n%s", d)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tomlconf"
 )
 
@@ -363,10 +364,10 @@ func (c *Config) checkTiers(d *tomlconf.Decoder) {
 			d.Invalid(key, "%v", err)
 			continue
 		}
-		if other, dup := seen[endpoints.NginxName(name)]; dup {
+		if other, dup := seen[nginx.NginxName(name)]; dup {
 			d.Invalid(key, "%s and %s have the same nginx name", other, name)
 		}
-		seen[endpoints.NginxName(name)] = name
+		seen[nginx.NginxName(name)] = name
 		if j := c.Tiers[name].JobName; j == "" || strings.ContainsAny(j, ", \t\n\"'") {
 			d.Invalid(append(key, "job_name"), "want a name without commas, quotes or white space")
 		}
@@ -394,10 +395,10 @@ func (c *Config) parseNetworks(d *tomlconf.Decoder) {
 }
 
 // TierSpecs returns the configured tiers sorted by name, for Render.
-func (c *Config) TierSpecs() []endpoints.TierSpec {
-	var out []endpoints.TierSpec
+func (c *Config) TierSpecs() []nginx.TierSpec {
+	var out []nginx.TierSpec
 	for _, name := range slices.Sorted(maps.Keys(c.Tiers)) {
-		out = append(out, endpoints.TierSpec{Name: name, Backup: c.Tiers[name].Backup,
+		out = append(out, nginx.TierSpec{Name: name, Backup: c.Tiers[name].Backup,
 			RetryAfter: int(c.Outage.RetryAfter / time.Second)})
 	}
 	return out

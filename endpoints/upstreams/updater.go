@@ -17,6 +17,7 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
+	"slurm-llm/endpoints/nginx"
 )
 
 // Resolver looks up a host name; *net.Resolver implements it.
@@ -271,13 +272,13 @@ func (u *Updater) front() bool { return u.opts.Routes != nil }
 // Evaluate asks the scheduler when due, then reads the endpoint dir,
 // decides what is live, resolves hosts and renders the files, without
 // writing anything or taking the lock. Status uses it alone.
-func (u *Updater) Evaluate(ctx context.Context) (Report, []endpoints.Upstream, error) {
+func (u *Updater) Evaluate(ctx context.Context) (Report, []nginx.Upstream, error) {
 	u.askIfDue(ctx)
 	return u.evaluate(ctx)
 }
 
 // evaluate is Evaluate with the scheduler's state in hand.
-func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, error) {
+func (u *Updater) evaluate(ctx context.Context) (Report, []nginx.Upstream, error) {
 	now := u.opts.Now()
 	rep := Report{Time: now}
 	res, err := u.scan()
@@ -307,7 +308,7 @@ func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 	if err := u.tiers.last.err; err != nil {
 		rep.TierQueueError = err.Error()
 	}
-	ups := endpoints.Render(specs, live, endpoints.RenderMeta{
+	ups := nginx.Render(specs, live, nginx.RenderMeta{
 		Generator: u.opts.Generator, Source: u.cfg.EndpointDir})
 	rep.Tiers = u.tierReports(ups, live)
 	rep.Live = live
@@ -567,7 +568,7 @@ func (u *Updater) allowed(addrs []string) []string {
 }
 
 // tierReports summarises the rendered files; InSync compares with disk.
-func (u *Updater) tierReports(ups []endpoints.Upstream, live map[string][]endpoints.Server) []TierReport {
+func (u *Updater) tierReports(ups []nginx.Upstream, live map[string][]endpoints.Server) []TierReport {
 	var out []TierReport
 	for _, up := range ups {
 		tr := TierReport{Tier: up.Tier, ServedBy: up.ServedBy, File: filepath.Join(u.cfg.OutputDir, up.File)}
