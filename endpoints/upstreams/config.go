@@ -1,12 +1,16 @@
 // Package upstreams is the controller side of slurm-llm: it turns the
-// endpoint directory into nginx upstream files and applies them safely
-// (nginx -t, atomic swap, reload, rollback), once (sync) or continuously
-// (watch). For each tier it keeps a view (why it is not routed and when it
+// endpoint directory into nginx upstream files (rendered by
+// endpoints/nginx) and applies them safely (nginx -t, atomic swap, reload,
+// rollback), once (sync) or continuously (watch), or hands each pass's
+// report to the front door (Options.Routes). For each tier it keeps a view (why it is not routed and when it
 // is expected back: the 503's body and Retry-After), and watch keeps an
 // availability record (report) and removes the endpoint files of jobs gone.
-// cmd/llm-upstreams only wires flags, signals and the logger to it. It
-// reads jobs' files and asks Slurm about jobs; it never submits, releases,
-// cancels or signals a job (endpoints/keeper does).
+// It reads its own keys of upstreams.toml (Config: all but [front], which
+// is package front's; endpoints/config loads the file) and follows the
+// keeper's file through keeper.Follower. cmd/llm-upstreams only wires
+// flags, signals and the logger to it. It reads jobs' files and asks Slurm
+// about jobs; it never submits, releases, cancels or signals a job
+// (endpoints/keeper does).
 package upstreams
 
 import (
