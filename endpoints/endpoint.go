@@ -1,11 +1,13 @@
 // Package endpoints owns the endpoint file: the small JSON document a running
 // tier publishes in a shared directory so that the controller can route to it.
 // It holds the format (this file), reading and strict validation of files that
-// jobs wrote (untrusted input), atomic writing, the liveness decision and the
-// rendering of nginx upstreams. It is the contract between the two sides:
-// the job (supervisor/...) writes files, the controller (endpoints/upstreams,
-// endpoints/keeper) reads them; both import it, so it imports neither, nor
-// Slurm nor nginx.
+// jobs wrote (untrusted input), atomic writing, the liveness decision (live.go:
+// which entries are routed, as Servers) and the hint a writer sends after a
+// write (hint.go). It is the contract between the two sides: the job
+// (supervisor/...) writes files and sends hints, the controller
+// (endpoints/upstreams, endpoints/front, endpoints/keeper) reads them; both
+// import it, so it imports neither, nor Slurm nor nginx (rendering is
+// endpoints/nginx's).
 package endpoints
 
 import "time"

@@ -3,7 +3,9 @@ package endpoints
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -214,4 +216,26 @@ func LatestRestarts(entries []Entry, fences map[string]int) map[string]int {
 		}
 	}
 	return latest
+}
+
+// Server is one live server a tier routes to (nginx's upstream, the
+// front door's table) and the entry it came from.
+type Server struct {
+	// Addr is "host:port" ("[v6]:port"), from validated fields only.
+	Addr string
+	// File and Restart name the source entry in the header. Nothing else
+	// from an endpoint file reaches nginx config: File is <tier>-<job>.json
+	// after validation, Restart an int.
+	File    string
+	Restart int
+}
+
+// ServerOf returns the Server of a live decision, using addr as the host
+// (the entry's own host, or an address it resolved to).
+func ServerOf(d Decision, addr string) Server {
+	e := d.Endpoint
+	return Server{
+		Addr: net.JoinHostPort(addr, strconv.Itoa(e.Port)),
+		File: d.File, Restart: e.RestartCount,
+	}
 }

@@ -137,3 +137,13 @@ func termEntry(en Entry, term int) Entry {
 	en.Endpoint.Term = term
 	return en
 }
+
+func TestServerOf(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := Decision{Entry: entry("fast", "5", 2, StateReady, now)}
+	d.Endpoint.Port = 8081
+	got := []string{ServerOf(d, "10.0.0.1").Addr, ServerOf(d, "fd00::1").Addr}
+	if diff := cmp.Diff([]string{"10.0.0.1:8081", "[fd00::1]:8081"}, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

@@ -99,7 +99,7 @@ type stepKind string
 const (
 	stepExited     stepKind = "exited"       // Proc ended (PID, Result); Failure: it counts as one
 	stepState      stepKind = "state"        // the tier goes to To for Reason
-	stepGiveUp     stepKind = "give up"      // end the run for Reason, blaming Proc's node if it was at fault
+	stepGiveUp     stepKind = "give up"      // end the run for Reason, blaming Proc's node if it was at fault (a state failed follows)
 	stepRestartAt  stepKind = "restart at"   // restart (reconcile) no earlier than Delay from now
 	stepRecheck    stepKind = "recheck"      // ready workers but Proc are checked again before a new head
 	stepKill       stepKind = "kill"         // SIGKILL Proc now (Reason)
@@ -113,7 +113,9 @@ const (
 	stepWaitDrain  stepKind = "wait drain"   // wait for the head's requests in flight
 	stepUpdateStop stepKind = "update stop"  // a later request's reason or earlier budget start (Req)
 	stepStopAgain  stepKind = "stop again"   // a second stop: do not wait
-	stepFinish     stepKind = "finish"       // stop everything in order, end the run
+	stepFinish     stepKind = "finish"       // stop everything in order, end the run (stepStopped follows)
+	stepStopped    stepKind = "stopped"      // the tier is stopped, for the stop's reason (a later one taken while stopping)
+	stepHeadReady  stepKind = "head ready"   // the head Proc answers /health 200 since At (a state ready follows)
 	stepNodeFault  stepKind = "node fault"   // Proc's node is at fault for its failure (Reason: why)
 	stepProgress   stepKind = "progress"     // the head's work: Work, busy since At (zero: idle)
 	stepIdleSince  stepKind = "idle since"   // the tier's head counted idle since At (zero: not idle)
@@ -187,7 +189,7 @@ func onFailure(v lifeView, name, cause string, d lifeDeps) []lifeStep {
 	steps := []lifeStep{{Kind: stepState, To: StateRecovering, Reason: f.String()}}
 	dec, delay := d.Policy(f, v.Now)
 	if dec.Action == ActionGiveUp {
-		return append(steps, lifeStep{Kind: stepGiveUp, Proc: name, Reason: dec.Reason})
+		return append(steps, giveUp(name, dec.Reason)...)
 	}
 	steps = append(steps, lifeStep{Kind: stepRecheck, Proc: name})
 	if name != v.Head.Name && v.Head.Phase != phaseDown {
@@ -221,12 +223,12 @@ func onDrop(v lifeView, name, why string, d lifeDeps) []lifeStep {
 		}
 	}
 	if len(left) < v.MinWorkers || len(left) == 0 || d.Replan == nil {
-		return []lifeStep{{Kind: stepGiveUp, Proc: name, Reason: fmt.Sprintf("worker %s %s; %d workers would be left, min_workers is %d",
-			name, why, len(left), v.MinWorkers)}}
+		return giveUp(name, fmt.Sprintf("worker %s %s; %d workers would be left, min_workers is %d",
+			name, why, len(left), v.MinWorkers))
 	}
 	np, err := d.Replan(left)
 	if err != nil {
-		return []lifeStep{{Kind: stepGiveUp, Proc: name, Reason: fmt.Sprintf("worker %s %s; cannot plan without it: %v", name, why, err)}}
+		return giveUp(name, fmt.Sprintf("worker %s %s; cannot plan without it: %v", name, why, err))
 	}
 	return []lifeStep{
 		{Kind: stepState, To: StateRecovering, Reason: "worker " + name + " dropped: " + why},
@@ -238,6 +240,17 @@ func onDrop(v lifeView, name, why string, d lifeDeps) []lifeStep {
 	}
 }
 
+// giveUp ends the run for reason, blaming name's node when it was at
+// fault: the tier fails.
+func giveUp(name, reason string) []lifeStep {
+	return []lifeStep{{Kind: stepGiveUp, Proc: name, Reason: reason}, {Kind: stepState, To: StateFailed, Reason: reason}}
+}
+
+// finish stops everything in order and ends the run: the tier is stopped.
+func finish() []lifeStep {
+	return []lifeStep{{Kind: stepFinish}, {Kind: stepStopped}}
+}
+
 // onReady: a starting worker was seen ready (how: its ready pattern, or
 // its port accepting connections); the head starts once all are. The
 // head's readiness is its /health (runner_health.go).
@@ -247,6 +260,15 @@ func onReady(v lifeView, name, how string) []lifeStep {
 		return nil
 	}
 	return []lifeStep{{Kind: stepReady, Proc: name, Reason: how}, {Kind: stepReconcile}}
+}
+
+// onHeadReady: the starting head answered /health 200 from the port it
+// holds (runner_health.go checks that it is its own); the tier is ready.
+func onHeadReady(v lifeView) []lifeStep {
+	if v.Head.Phase != phaseStarting {
+		return nil
+	}
+	return []lifeStep{{Kind: stepHeadReady, Proc: v.Head.Name, At: v.Now}, {Kind: stepState, To: StateReady, Reason: "head answers /health"}}
 }
 
 // onStop: an ordered stop was asked for (a preemption or cancellation
@@ -261,7 +283,7 @@ func onStop(v lifeView, req StopRequest) []lifeStep {
 	if v.State == StateDraining {
 		steps := []lifeStep{{Kind: stepUpdateStop, Req: req}}
 		if req.SkipDrain {
-			steps = append(steps, lifeStep{Kind: stepStopAgain}, lifeStep{Kind: stepFinish})
+			steps = append(append(steps, lifeStep{Kind: stepStopAgain}), finish()...)
 		}
 		return steps
 	}
@@ -276,7 +298,7 @@ func onStop(v lifeView, req StopRequest) []lifeStep {
 	}
 	steps := []lifeStep{{Kind: stepDrain, Drain: ds}, {Kind: stepState, To: StateDraining, Reason: string(req.Reason)}}
 	if req.SkipDrain || v.Head.Phase != phaseReady {
-		return append(steps, lifeStep{Kind: stepFinish})
+		return append(steps, finish()...)
 	}
 	return append(steps, lifeStep{Kind: stepWaitDrain})
 }
@@ -390,7 +412,7 @@ func onDrainPoll(v lifeView) []lifeStep {
 	case v.State != StateDraining:
 		return nil
 	case !v.Now.Before(v.Drain.deadline):
-		return []lifeStep{{Kind: stepSpent}, {Kind: stepFinish}}
+		return append([]lifeStep{{Kind: stepSpent}}, finish()...)
 	case v.Drain.checking:
 		return nil
 	}
@@ -413,7 +435,7 @@ func onInFlight(v lifeView, n int, err error) []lifeStep {
 	case err != nil, n == 0 && v.Now.Before(v.Drain.notBefore):
 		return steps
 	case n == 0:
-		return append(steps, lifeStep{Kind: stepIdle}, lifeStep{Kind: stepFinish})
+		return append(append(steps, lifeStep{Kind: stepIdle}), finish()...)
 	case v.Drain.unsure:
 		return append(steps, lifeStep{Kind: stepSure, N: n})
 	}

@@ -121,6 +121,8 @@ func TestOnExit(t *testing.T) {
 			want: []lifeStep{{Kind: stepExited, Proc: "rpc-node2", PID: 7, Result: crash, Failure: true},
 				{Kind: stepStartFail, Proc: "rpc-node2"},
 				{Kind: stepGiveUp, Proc: "rpc-node2", Reason: "worker rpc-node2 failed to start 3 times in a row, last " + cause +
+					"; 1 workers would be left, min_workers is 2"},
+				{Kind: stepState, To: StateFailed, Reason: "worker rpc-node2 failed to start 3 times in a row, last " + cause +
 					"; 1 workers would be left, min_workers is 2"}}},
 		{name: "no plan without the node: give up",
 			view: with(lifeWorld(StateRecovering, phaseDown, phaseStarting, phaseReady), func(v *lifeView) { v.Workers[0].StartFails = 2 }),
@@ -128,6 +130,8 @@ func TestOnExit(t *testing.T) {
 			want: []lifeStep{{Kind: stepExited, Proc: "rpc-node2", PID: 7, Result: crash, Failure: true},
 				{Kind: stepStartFail, Proc: "rpc-node2"},
 				{Kind: stepGiveUp, Proc: "rpc-node2", Reason: "worker rpc-node2 failed to start 3 times in a row, last " + cause +
+					"; cannot plan without it: no split fits"},
+				{Kind: stepState, To: StateFailed, Reason: "worker rpc-node2 failed to start 3 times in a row, last " + cause +
 					"; cannot plan without it: no split fits"}}},
 		{name: "no replanner: a node is never dropped",
 			view: with(lifeWorld(StateRecovering, phaseDown, phaseStarting, phaseReady), func(v *lifeView) { v.Workers[0].StartFails = 2 }),
@@ -135,12 +139,15 @@ func TestOnExit(t *testing.T) {
 			want: []lifeStep{{Kind: stepExited, Proc: "rpc-node2", PID: 7, Result: crash, Failure: true},
 				{Kind: stepStartFail, Proc: "rpc-node2"},
 				{Kind: stepGiveUp, Proc: "rpc-node2", Reason: "worker rpc-node2 failed to start 3 times in a row, last " + cause +
+					"; 1 workers would be left, min_workers is 1"},
+				{Kind: stepState, To: StateFailed, Reason: "worker rpc-node2 failed to start 3 times in a row, last " + cause +
 					"; 1 workers would be left, min_workers is 1"}}},
 		{name: "the failure budget is spent: give up",
 			view: lifeWorld(StateReady, phaseReady, phaseReady, phaseReady), proc: "head", giveUp: true,
 			want: []lifeStep{{Kind: stepExited, Proc: "head", PID: 7, Result: crash, Failure: true},
 				{Kind: stepState, To: StateRecovering, Reason: "head: " + cause},
-				{Kind: stepGiveUp, Proc: "head", Reason: "5 failures in 10m"}},
+				{Kind: stepGiveUp, Proc: "head", Reason: "5 failures in 10m"},
+				{Kind: stepState, To: StateFailed, Reason: "5 failures in 10m"}},
 			wantAsked: []Failure{{Process: "head", Cause: cause}}},
 		{name: "a process of no plan: nothing",
 			view: lifeWorld(StateReady, phaseReady, phaseReady, phaseReady), proc: "rpc-node9"},
@@ -192,6 +199,32 @@ func TestOnReady(t *testing.T) {
 	}
 }
 
+func TestOnHeadReady(t *testing.T) {
+	tests := []struct {
+		name string
+		view lifeView
+		want []lifeStep
+	}{
+		{name: "a starting head answers /health: the tier is ready",
+			view: lifeWorld(StateStarting, phaseStarting, phaseReady, phaseReady),
+			want: []lifeStep{{Kind: stepHeadReady, Proc: "head", At: lifeT0}, {Kind: stepState, To: StateReady, Reason: "head answers /health"}}},
+		{name: "a restarted head answers: the recovering tier is ready again",
+			view: lifeWorld(StateRecovering, phaseStarting, phaseReady, phaseReady),
+			want: []lifeStep{{Kind: stepHeadReady, Proc: "head", At: lifeT0}, {Kind: stepState, To: StateReady, Reason: "head answers /health"}}},
+		{name: "a head already ready: nothing",
+			view: lifeWorld(StateReady, phaseReady, phaseReady, phaseReady)},
+		{name: "a head being stopped: nothing",
+			view: lifeWorld(StateDraining, phaseStopping, phaseReady, phaseReady)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, onHeadReady(tt.view), lifeCmp); diff != "" {
+				t.Errorf("steps (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestOnStop(t *testing.T) {
 	preempt := lifeT0.Add(-2 * time.Second) // Slurm's PreemptTime, before the notice reached us
 	tests := []struct {
@@ -217,13 +250,13 @@ func TestOnStop(t *testing.T) {
 			req:  StopRequest{Reason: ReasonPreempted, Since: preempt},
 			want: []lifeStep{{Kind: stepDrain, Drain: drainState{req: StopRequest{Reason: ReasonPreempted, Since: preempt},
 				since: preempt, deadline: preempt.Add(6 * time.Second)}},
-				{Kind: stepState, To: StateDraining, Reason: "preempted"}, {Kind: stepFinish}}},
+				{Kind: stepState, To: StateDraining, Reason: "preempted"}, {Kind: stepFinish}, {Kind: stepStopped}}},
 		{name: "a stop that skips the drain",
 			view: lifeWorld(StateReady, phaseReady, phaseReady, phaseReady),
 			req:  StopRequest{Reason: ReasonShutdown, SkipDrain: true},
 			want: []lifeStep{{Kind: stepDrain, Drain: drainState{req: StopRequest{Reason: ReasonShutdown, SkipDrain: true},
 				since: lifeT0, deadline: lifeT0.Add(6 * time.Second)}},
-				{Kind: stepState, To: StateDraining, Reason: "shutdown"}, {Kind: stepFinish}}},
+				{Kind: stepState, To: StateDraining, Reason: "shutdown"}, {Kind: stepFinish}, {Kind: stepStopped}}},
 		{name: "an idle extra waits to be unrouted first",
 			view: lifeWorld(StateReady, phaseReady, phaseReady, phaseReady),
 			req:  StopRequest{Reason: ReasonIdle, Since: lifeT0},
@@ -238,7 +271,7 @@ func TestOnStop(t *testing.T) {
 			view: lifeWorld(StateDraining, phaseReady, phaseReady, phaseReady),
 			req:  StopRequest{Reason: ReasonShutdown, SkipDrain: true},
 			want: []lifeStep{{Kind: stepUpdateStop, Req: StopRequest{Reason: ReasonShutdown, SkipDrain: true}},
-				{Kind: stepStopAgain}, {Kind: stepFinish}}},
+				{Kind: stepStopAgain}, {Kind: stepFinish}, {Kind: stepStopped}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -375,7 +408,7 @@ func TestOnChecks(t *testing.T) {
 		{name: "the drain's budget spent: stop with requests in flight",
 			view: with(draining(nil), func(v *lifeView) { v.Now = lifeT0.Add(time.Second) }),
 			rule: func(v lifeView, _ lifeDeps) []lifeStep { return onDrainPoll(v) },
-			want: []lifeStep{{Kind: stepSpent}, {Kind: stepFinish}}},
+			want: []lifeStep{{Kind: stepSpent}, {Kind: stepFinish}, {Kind: stepStopped}}},
 		{name: "draining: the head is asked what it has in flight",
 			view: draining(nil), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onDrainPoll(v) },
 			want: []lifeStep{{Kind: stepCount}}},
@@ -383,7 +416,7 @@ func TestOnChecks(t *testing.T) {
 			view: draining(func(d *drainState) { d.checking = true }), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onDrainPoll(v) }},
 		{name: "nothing in flight: the drain's wait ends",
 			view: draining(nil), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onInFlight(v, 0, nil) },
-			want: []lifeStep{{Kind: stepCounted}, {Kind: stepIdle}, {Kind: stepFinish}}},
+			want: []lifeStep{{Kind: stepCounted}, {Kind: stepIdle}, {Kind: stepFinish}, {Kind: stepStopped}}},
 		{name: "nothing in flight, but the controller may still route here: wait",
 			view: draining(func(d *drainState) { d.notBefore = lifeT0.Add(time.Second) }),
 			rule: func(v lifeView, _ lifeDeps) []lifeStep { return onInFlight(v, 0, nil) },

@@ -169,7 +169,7 @@ func (r *Runner) handleHealth(m healthMsg) {
 			r.log.Info("head healthy again")
 		}
 		if h.phase == phaseStarting && r.headHoldsPort() {
-			r.headReady(now)
+			r.apply(onHeadReady(r.view()))
 		}
 	case h.phase == phaseStarting && m.status == health.StatusLoading && !h.loadingLogged:
 		h.loadingLogged = true
@@ -256,11 +256,11 @@ func (r *Runner) headHoldsPort() bool {
 	return false
 }
 
-// headReady marks the head ready and, with it, the tier.
+// headReady marks the head ready at now (the tier's state follows, a
+// step of onHeadReady).
 func (r *Runner) headReady(now time.Time) {
 	r.head.phase = phaseReady
 	r.log.Info("head ready", "after", now.Sub(r.head.startedAt).Round(time.Millisecond), "models", r.models)
 	r.emit(Event{Kind: EventReady, Process: r.head.spec.Name, Reason: "/health 200"})
 	r.policy.Healthy(now)
-	r.setState(StateReady, "head answers /health")
 }

@@ -91,6 +91,10 @@ func (r *Runner) apply(steps []lifeStep) {
 			r.log.Warn("stop requested again: not waiting for requests in flight")
 		case stepFinish:
 			r.finish()
+		case stepStopped:
+			r.setState(StateStopped, string(r.drain.req.Reason))
+		case stepHeadReady:
+			r.headReady(s.At)
 		case stepNodeFault:
 			m.nodeFault = s.Reason
 		default:

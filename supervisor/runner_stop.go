@@ -108,12 +108,12 @@ func (r *Runner) recordInFlight(m inFlightMsg) {
 }
 
 // finish stops the head, then the workers, removes the endpoint file and
-// ends the run. It blocks the Run goroutine: nothing is left to decide.
+// ends the run (the state stopped follows, a step of the rules). It blocks
+// the Run goroutine: nothing is left to decide.
 func (r *Runner) finish() {
 	r.stopAll()
 	r.takeLateReasons()
 	r.removeEndpoint()
-	r.setState(StateStopped, string(r.drain.req.Reason))
 }
 
 // takeLateReasons keeps the last reason of the stop requests that arrived
@@ -134,7 +134,8 @@ func (r *Runner) takeLateReasons() {
 }
 
 // giveUp ends the run with ErrGaveUp: the endpoint goes first (no more
-// routing), then every process. m is the process whose failure made the
+// routing), then every process (the state failed follows, a step of the
+// rules). m is the process whose failure made the
 // runner give up: when its node could not be used, the error is a
 // NodeError naming it, so that the job can ask for other nodes.
 func (r *Runner) giveUp(m *member, reason string) {
@@ -144,7 +145,6 @@ func (r *Runner) giveUp(m *member, reason string) {
 	}
 	r.removeEndpoint()
 	r.stopAll()
-	r.setState(StateFailed, reason)
 }
 
 // stopAll stops the head (TERM, StopGrace, KILL), then every worker at

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/supervisor/tier"
@@ -29,7 +30,7 @@ func checkContinuation(cfg *tier.Config, opts *checkConfigOptions) (string, []st
 			return "the front door's holds not checked against this drain: no upstreams.toml beside it (--upstreams FILE)", nil
 		}
 	}
-	uc, err := upstreams.LoadSettings(path)
+	uc, err := config.LoadSettings(path)
 	if err != nil {
 		return fmt.Sprintf("the front door's holds not checked against this drain: %v", err), nil
 	}
@@ -39,7 +40,7 @@ func checkContinuation(cfg *tier.Config, opts *checkConfigOptions) (string, []st
 	}
 	kc, kpath, kerr := loadKeeperBeside(uc.KeeperConfig, opts.path)
 	split := tier.Split(cfg.Kind, cfg.Timeouts, cfg.Drain, tier.ShimMargin)
-	f := upstreams.ContinueFacts{Tier: cfg.Tier, Front: ft, HoldUnknown: uc.Front.HoldUnknown,
+	f := upstreams.ContinueFacts{Tier: cfg.Tier, Front: uc.Front.Hold(cfg.Tier), HoldUnknown: uc.Front.HoldUnknown,
 		InFlight: split.InFlight, Stop: split.Stop()}
 	f.Release, f.ReleaseWithin, f.NoRelease = upstreams.KeeperRelease(kc, cfg.Tier)
 	if kerr != nil {

@@ -19,6 +19,7 @@ import (
 
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/front/fronttest"
 	"slurm-llm/endpoints/upstreams"
@@ -80,7 +81,7 @@ func BenchmarkE2EElasticFront(b *testing.B) {
 func startElasticFront(b testing.TB, el *e2eElastic) string {
 	b.Helper()
 	port := faketest.FreePort(b)
-	cfg, err := upstreams.Parse("front.toml", []byte(fmt.Sprintf(`endpoint_dir = %q
+	cfg, err := config.Parse("front.toml", []byte(fmt.Sprintf(`endpoint_dir = %q
 output_dir = "%[2]s/out"
 lock_file = "%[2]s/lock"
 keeper_config = ""
@@ -102,7 +103,7 @@ models = ["/models/e2e.gguf"]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fd := front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger()})
-	u := upstreams.New(cfg, upstreams.Options{Log: hclog.NewNullLogger(), Routes: fd.Update})
+	u := upstreams.New(cfg.Watcher, upstreams.Options{Log: hclog.NewNullLogger(), Routes: fd.Update})
 	ln, err := net.Listen("tcp", cfg.Front.Listen)
 	if err != nil {
 		b.Fatal(err)

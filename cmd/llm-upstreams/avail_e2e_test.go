@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/slurm"
 )
@@ -33,7 +34,7 @@ var availCycles = flag.Int("avail.cycles", 10, "BenchmarkE2EPartialPreemption: p
 type availWorld struct {
 	*e2eController
 	jobName string
-	ucfg    upstreams.Config
+	ucfg    config.Config
 
 	mu       sync.Mutex
 	last     upstreams.Report

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/slurm"
@@ -74,13 +75,13 @@ func (e *e2eController) write(name, body string) {
 // start loads keeper.toml and upstreams.toml from the directory and runs
 // the keeper (logging to klog at Info) and watch until shutdown; every
 // pass's report goes to onReport with its time.
-func (e *e2eController) start(klog io.Writer, onReport func(upstreams.Report, time.Time)) upstreams.Config {
+func (e *e2eController) start(klog io.Writer, onReport func(upstreams.Report, time.Time)) config.Config {
 	e.t.Helper()
 	kcfg, err := keeper.Load(filepath.Join(e.dir, "keeper.toml"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ucfg, err := upstreams.Load(filepath.Join(e.dir, "upstreams.toml"))
+	ucfg, err := config.Load(filepath.Join(e.dir, "upstreams.toml"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func (e *e2eController) start(klog io.Writer, onReport func(upstreams.Report, ti
 	e.ctx, e.stop = ctx, cancel
 	k := keeper.New(kcfg, keeper.Options{Log: hclog.New(&hclog.LoggerOptions{Name: "keeper", Output: klog, Level: hclog.Info})})
 	passes := make(chan upstreams.PassResult)
-	u := upstreams.New(ucfg, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: e.c}, Queue: e.c})
+	u := upstreams.New(ucfg.Watcher, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: e.c}, Queue: e.c})
 	e.done.Add(3)
 	go func() { defer e.done.Done(); _ = k.Run(ctx, keeper.RunOptions{Interval: 30 * time.Second}) }()
 	go func() { defer e.done.Done(); _ = u.Watch(ctx, upstreams.WatchOptions{Passed: passes}) }()

@@ -6,19 +6,20 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/cmd/internal/doctor"
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/upstreams"
 )
 
 // The doctor checks the directories and ports the loaded config names,
 // and asks for Slurm accounting only when the front door needs it.
 func TestDoctorController(t *testing.T) {
-	base := upstreams.Config{EndpointDir: "/e", OutputDir: "/etc/nginx/slurm-llm", StateDir: "/var/lib/slurm-llm/upstreams",
-		AllowedOwners: []string{"slurm-llm"}, HintListen: ":9466"}
-	withFront := func(mode string, accounts bool, weights string) upstreams.Config {
+	base := config.Config{Watcher: upstreams.Config{EndpointDir: "/e", OutputDir: "/etc/nginx/slurm-llm", StateDir: "/var/lib/slurm-llm/upstreams",
+		AllowedOwners: []string{"slurm-llm"}, HintListen: ":9466"}}
+	withFront := func(mode string, accounts bool, weights string) config.Config {
 		c := base
 		c.Front.Listen, c.Front.StateDir, c.Front.HintListen = "127.0.0.1:8090", "/var/lib/slurm-llm/front", ""
-		c.Front.Auth.Mode, c.Front.Auth.SlurmAccounts = mode, accounts
-		c.Front.FairShare.Enabled, c.Front.FairShare.Weights = true, weights
+		c.Front.Access.Auth.Mode, c.Front.Access.Auth.SlurmAccounts = mode, accounts
+		c.Front.Access.FairShare.Enabled, c.Front.Access.FairShare.Weights = true, weights
 		return c
 	}
 	anyOwner := base
@@ -30,7 +31,7 @@ func TestDoctorController(t *testing.T) {
 	front.FrontListen = "127.0.0.1:8090"
 	tests := []struct {
 		name string
-		cfg  upstreams.Config
+		cfg  config.Config
 		want doctor.Controller
 	}{
 		{name: "no front door: no accounting needed", cfg: base, want: ctl},

@@ -19,6 +19,7 @@ import (
 
 	"slurm-llm/cmd/internal/journal"
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/upstreams"
 )
@@ -49,7 +50,7 @@ func frontMemoryLimit(bodies int64) int64 {
 // the config (listeners need a restart). It serves nothing before the
 // first pass has routed: clients wait in the listen backlog meanwhile
 // instead of getting a 404 for a model not seen yet.
-func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
+func runFront(cfg config.Config, path string, log hclog.Logger) int {
 	if cfg.Front.Listen == "" {
 		log.Error("config: [front] listen is not set; the front door has nowhere to listen", "config", path)
 		return exitUsage
@@ -66,7 +67,7 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 		return exitUsage
 	}
 	defer closeAccess()
-	users, err := access.New(cfg.Front, access.Options{Log: log.Named("access")})
+	users, err := access.New(cfg.Front.Access, access.Options{Log: log.Named("access")})
 	if err != nil {
 		log.Error("config: who uses the front door ([front.auth], [front.usage])", "error", err)
 		return exitUsage
@@ -95,8 +96,8 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 			close(first)
 		}
 	}
-	u := newFrontUpdater(cfg, log, routes)
-	warnContinuation(u.ContinueFacts(), log)
+	u := newFrontUpdater(cfg.Watcher, log, routes)
+	warnContinuation(u.ContinueFacts(cfg.Front.Hold, cfg.Front.HoldUnknown), log)
 	hints, err := listenFrontHints(cfg.Front.HintListen, log)
 	if err != nil {
 		return exitFailed
@@ -110,15 +111,15 @@ func runFront(cfg upstreams.Config, path string, log hclog.Logger) int {
 		notify, every := systemdNotifier(log)
 		errs <- u.Watch(ctx, upstreams.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
 			LoadConfig: func() (upstreams.Config, error) {
-				c, err := upstreams.Load(path)
+				c, err := config.Load(path)
 				if err == nil {
-					if rerr := users.Reload(c.Front); rerr != nil {
+					if rerr := users.Reload(c.Front.Access); rerr != nil {
 						log.Error("reload: the static keys file; the last good keys stay", "error", rerr)
 					}
 					fd.SetConfig(c.Front)
-					warnContinuation(upstreams.New(c, upstreams.Options{}).ContinueFacts(), log)
+					warnContinuation(upstreams.New(c.Watcher, upstreams.Options{}).ContinueFacts(c.Front.Hold, c.Front.HoldUnknown), log)
 				}
-				return c, err
+				return c.Watcher, err
 			}})
 	}()
 	srv := frontServer(cfg.Front, fd)
@@ -195,7 +196,7 @@ func listenFrontHints(addr string, log hclog.Logger) (*upstreams.Hints, error) {
 // frontServer is the client-facing HTTP server: bounded headers, header
 // and idle timeouts (the body's and each write's are the handler's: a
 // stream as a whole has no deadline).
-func frontServer(cfg upstreams.FrontConfig, h http.Handler) *http.Server {
+func frontServer(cfg front.Config, h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout,
 		MaxHeaderBytes: int(cfg.MaxHeaderBytes)}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -27,13 +28,13 @@ func TestFrontWarnsWhenADrainedStreamCannotBeContinued(t *testing.T) {
 	conf := "endpoint_dir = \"" + dir + "/endpoints\"\noutput_dir = \"" + dir + "/out\"\nlock_file = \"" + dir + "/lock\"\n" +
 		anyOwnerAnyNetwork + "keeper_config = \"" + keeperConf + "\"\n[tiers.fast]\n[tiers.reasoning]\n" +
 		"[front]\nlisten = \"127.0.0.1:1\"\nhold_unknown = \"0s\"\n[front.tiers.reasoning]\nhold = \"2m\"\n"
-	cfg, err := upstreams.Parse("upstreams.toml", []byte(conf))
+	cfg, err := config.Parse("upstreams.toml", []byte(conf))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
 	log := hclog.New(&hclog.LoggerOptions{Output: &out})
-	warnContinuation(upstreams.New(cfg, upstreams.Options{Log: log}).ContinueFacts(), log)
+	warnContinuation(upstreams.New(cfg.Watcher, upstreams.Options{Log: log}).ContinueFacts(cfg.Front.Hold, cfg.Front.HoldUnknown), log)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
 		`tier=fast why="[front] hold_unknown = 0s`,

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/front/fronttest"
-	"slurm-llm/endpoints/upstreams"
 )
 
 // TestE2EFrontContinuesAStreamCutByADrain is issue 20's A4-style case: a
@@ -120,7 +120,7 @@ func BenchmarkE2EFrontContinuation(b *testing.B) {
 					cfg := w.ucfg.Front
 					ft := cfg.Tiers["fast"]
 					ft.Continue = on
-					cfg.Tiers = map[string]upstreams.FrontTier{"fast": ft, "reasoning": cfg.Tiers["reasoning"]}
+					cfg.Tiers = map[string]front.TierConfig{"fast": ft, "reasoning": cfg.Tiers["reasoning"]}
 					w.fd.SetConfig(cfg)
 					start := time.Now()
 					cut, pause := w.cutStreams(b, c.streams, c.tokens)

@@ -22,7 +22,8 @@ import (
 
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/config"
+	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/upstreams/nginxtest"
 )
 
@@ -118,7 +119,7 @@ models = %[11]s
 
 // shippedFrontTier is tier's [front.tiers] settings in the shipped
 // etc/upstreams.toml.
-func shippedFrontTier(t testing.TB, tier string) upstreams.FrontTier {
+func shippedFrontTier(t testing.TB, tier string) front.TierConfig {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "etc", "upstreams.toml"))
 	if err != nil {
@@ -126,7 +127,7 @@ func shippedFrontTier(t testing.TB, tier string) upstreams.FrontTier {
 	}
 	// The service account need not exist where the tests run.
 	b = bytes.Replace(b, []byte(`allowed_owners = ["slurm-llm"]`), []byte(`allowed_owners = ["0"]`), 1)
-	c, err := upstreams.Parse("etc/upstreams.toml", b)
+	c, err := config.Parse("etc/upstreams.toml", b)
 	if err != nil {
 		t.Fatal(err)
 	}

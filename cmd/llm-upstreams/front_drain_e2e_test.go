@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front/fronttest"
 	"slurm-llm/endpoints/keeper"
-	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/supervisor/tier"
 )
 
@@ -61,7 +61,7 @@ func readShipped(t testing.TB) shippedValues {
 	}
 	// The service account need not exist where the tests run.
 	b = bytes.Replace(b, []byte(`allowed_owners = ["slurm-llm"]`), []byte(`allowed_owners = ["0"]`), 1)
-	uc, err := upstreams.Parse("etc/upstreams.toml", b)
+	uc, err := config.Parse("etc/upstreams.toml", b)
 	if err != nil {
 		t.Fatal(err)
 	}

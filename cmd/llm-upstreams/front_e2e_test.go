@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/upstreams"
 	"slurm-llm/endpoints/upstreams/nginxtest"
@@ -81,7 +82,7 @@ type frontWorld struct {
 	fastJob  string // job names
 	reasJob  string
 	fd       *front.Server
-	ucfg     upstreams.Config
+	ucfg     config.Config
 	url      string // the front door, http://127.0.0.1:PORT
 	nginx    *nginxtest.Nginx
 	closed   sync.Once
@@ -248,11 +249,11 @@ func pidsOf(pattern string) []int {
 // startFront runs the front door as runFront wires it: an updater of its
 // own routing in memory, the heads' models read, an HTTP server with the
 // config's limits; all until the controller shuts down.
-func (w *frontWorld) startFront(cfg upstreams.Config) {
+func (w *frontWorld) startFront(cfg config.Config) {
 	w.t.Helper()
 	w.fd = front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger(), AccessLog: &accessLog{w: w}})
 	var last atomic.Value
-	u := upstreams.New(cfg, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c,
+	u := upstreams.New(cfg.Watcher, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c,
 		Routes: func(rep upstreams.Report) {
 			w.fd.Update(rep)
 			w.passes.Add(1)

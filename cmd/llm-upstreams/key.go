@@ -17,7 +17,7 @@ import (
 
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/access/munge"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/config"
 )
 
 // URLEnv names the front door for `llm-upstreams key` when --url is not
@@ -164,7 +164,7 @@ func (o keyOptions) frontURL() (string, error) {
 		u = o.getenv(URLEnv)
 	}
 	if u == "" {
-		cfg, err := upstreams.Load(o.config)
+		cfg, err := config.Load(o.config)
 		if err != nil || cfg.Front.Listen == "" {
 			return "", fmt.Errorf("no front door URL: pass --url http://HOST:PORT or set %s", URLEnv)
 		}

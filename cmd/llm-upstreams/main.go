@@ -34,6 +34,7 @@ import (
 
 	"slurm-llm/cmd/internal/cli"
 	"slurm-llm/cmd/internal/journal"
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/upstreams"
@@ -177,26 +178,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	})
 	log := hclog.New(&hclog.LoggerOptions{Name: "llm-upstreams", Level: hclog.LevelFromString(o.logLevel),
 		Output: journal.Wrap(stderr), JSONFormat: o.logFmt == "json"})
-	cfg, err := upstreams.Load(o.config)
+	cfg, err := config.Load(o.config)
 	if err != nil {
 		log.Error("config", "error", err)
 		return exitUsage
 	}
 	switch cmd {
 	case "sync":
-		return runSync(cfg, log)
+		return runSync(cfg.Watcher, log)
 	case "watch":
-		return runWatch(cfg, o.config, log)
+		return runWatch(cfg.Watcher, o.config, log)
 	case "front":
 		return runFront(cfg, o.config, log)
 	case "status":
 		return runStatus(cfg, o, log, stdout)
 	case "init":
-		return runInit(cfg, log, stdout)
+		return runInit(cfg.Watcher, log, stdout)
 	case "doctor":
 		return runDoctor(cfg, o.asJSON, log, stdout)
 	default: // report
-		return runReport(cfg, *since, o.asJSON, log, stdout)
+		return runReport(cfg.Watcher, *since, o.asJSON, log, stdout)
 	}
 }
 
@@ -285,7 +286,7 @@ func runWatch(cfg upstreams.Config, path string, log hclog.Logger) int {
 	go func() {
 		notify, every := systemdNotifier(log)
 		watchErr <- u.Watch(ctx, upstreams.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
-			LoadConfig: func() (upstreams.Config, error) { return upstreams.Load(path) }})
+			LoadConfig: func() (upstreams.Config, error) { c, err := config.Load(path); return c.Watcher, err }})
 	}()
 	select {
 	case err := <-watchErr:
@@ -360,10 +361,10 @@ func runReport(cfg upstreams.Config, since string, asJSON bool, log hclog.Logger
 
 // runStatus prints what a pass would route, without writing anything, and
 // (as text) the keeper's tiers when its config exists.
-func runStatus(cfg upstreams.Config, o options, log hclog.Logger, stdout io.Writer) int {
+func runStatus(cfg config.Config, o options, log hclog.Logger, stdout io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	rep, _, err := newUpdater(cfg, log).Evaluate(ctx)
+	rep, _, err := newUpdater(cfg.Watcher, log).Evaluate(ctx)
 	if err != nil {
 		log.Error("status", "error", err)
 		return exitFailed

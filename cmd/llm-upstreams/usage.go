@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	usagedb "slurm-llm/endpoints/access/usage"
+	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/upstreams"
 )
 
@@ -23,7 +24,7 @@ func usageUsage(w io.Writer) {
 // account, model or tier since a time, from the usage database.
 func runUsage(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("llm-upstreams usage", stderr)
-	config := fs.String("config", defaultConfig, "config file")
+	configPath := fs.String("config", defaultConfig, "config file")
 	since := fs.String("since", "30d", "the window's start: 30d, 36h, 90m or an RFC 3339 time")
 	by := fs.String("by", "user", "group by user (and account), account, model (and tier) or tier")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -47,12 +48,12 @@ func runUsage(args []string, stdout, stderr io.Writer) int {
 		log.Error("usage", "error", err)
 		return exitUsage
 	}
-	cfg, err := upstreams.Load(*config)
+	cfg, err := config.Load(*configPath)
 	if err != nil {
 		log.Error("config", "error", err)
 		return exitUsage
 	}
-	path := cfg.Front.Usage.Database
+	path := cfg.Front.Access.Usage.Database
 	if path == "" {
 		log.Error("usage: no [front.usage] database and no state_dir in the config, so nothing is recorded", "config", cfg.Path)
 		return exitFailed

@@ -6,9 +6,11 @@
 // who goes next on a busy tier and whether a user may start a request
 // (package share: fair share and per-user limits, pure rules). It holds
 // no request and routes nothing: the front door (endpoints/front) asks
-// it. The calls, in the order of a request:
+// it. It reads its own tables of upstreams.toml (config.go: [front.auth],
+// [front.usage], [front.fair_share], [front.limits]) and imports no
+// controller room. The calls, in the order of a request:
 //
-//	a := access.New(cfg.Front, access.Options{Log: log})      // at start; a.Close() at the end
+//	a := access.New(cfg.Front.Access, access.Options{Log: log}) // at start; a.Close() at the end
 //	mux: access.KeysPath → a.Keys (before identity: a user with no key comes here for one)
 //	id, err := a.Identifier.Identify(r)                      // first, before the body is read
 //	    err != nil → access.WriteUnauthorized(w, err.Error())
@@ -18,7 +20,7 @@
 //	a.Tracker.Begin(tier, id.User) … a.Tracker.End(tier, id.User, served) // around the head's answer
 //	a.Limiter.Done(tier, id.User, prompt+completion)          // at the end
 //	a.Usage.Add(usage.Record{…})                              // after the answer is flushed (finish)
-//	access log: id.LogFields();  registry: a.Collectors()...;  SIGHUP: a.Reload(cfg.Front)
+//	access log: id.LogFields();  registry: a.Collectors()...;  SIGHUP: a.Reload(cfg.Front.Access)
 package access
 
 import (
@@ -31,7 +33,6 @@ import (
 
 	"slurm-llm/endpoints/access/share"
 	"slurm-llm/endpoints/access/usage"
-	"slurm-llm/endpoints/upstreams"
 )
 
 // Options are what New needs besides the config; nil fields get the real
@@ -67,7 +68,7 @@ type Access struct {
 // New builds the parts: the keys file and the static keys file are read
 // (a static keys file others can read is an error naming it), the usage
 // database opened (an error names it). Close releases them.
-func New(cfg upstreams.FrontConfig, o Options) (*Access, error) {
+func New(cfg Config, o Options) (*Access, error) {
 	if o.Log == nil {
 		o.Log = hclog.NewNullLogger()
 	}
@@ -113,12 +114,12 @@ func loadStatic(path string) ([]StaticKey, error) {
 	return LoadStaticKeys(path)
 }
 
-func identifyConfig(auth upstreams.FrontAuth) IdentifyConfig {
+func identifyConfig(auth AuthConfig) IdentifyConfig {
 	return IdentifyConfig{Mode: Mode(auth.Mode), TrustedProxies: auth.TrustedPrefixes, TailscaleUsers: auth.TailscaleUsers}
 }
 
-func limits(l upstreams.FrontLimits) (share.Limits, map[string]share.Limits) {
-	conv := func(f upstreams.FrontLimit) share.Limits {
+func limits(l LimitsConfig) (share.Limits, map[string]share.Limits) {
+	conv := func(f Limit) share.Limits {
 		return share.Limits{InFlight: f.InFlight, RequestsPerMinute: f.RequestsPerMinute, TokensPerMinute: f.TokensPerMinute}
 	}
 	tiers := map[string]share.Limits{}
@@ -132,7 +133,7 @@ func limits(l upstreams.FrontLimits) (share.Limits, map[string]share.Limits) {
 // users, static keys (the file read again; on error the old keys stay and
 // the error is returned) and limits. The keys file, the database and the
 // fair-share settings stay as started.
-func (a *Access) Reload(cfg upstreams.FrontConfig) error {
+func (a *Access) Reload(cfg Config) error {
 	a.Identifier.SetConfig(identifyConfig(cfg.Auth))
 	def, tiers := limits(cfg.Limits)
 	a.Limiter.SetLimits(def, tiers)

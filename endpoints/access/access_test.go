@@ -4,13 +4,29 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"slurm-llm/endpoints/access/share"
 	"slurm-llm/endpoints/access/usage"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tomlconf"
 )
+
+// parseAccess reads access's tables of doc's [front] as the file's loader
+// does (endpoints/config), with the front door's state directory dir and
+// tiers the tiers of [tiers].
+func parseAccess(doc, dir string, tiers ...string) (Config, error) {
+	c := DefaultConfig()
+	err := tomlconf.Decode("c.toml", []byte(doc),
+		func(d *tomlconf.Decoder) {
+			d.Root(map[string]tomlconf.Field{"front": d.TableField(c.Fields(d))})
+		},
+		func(d *tomlconf.Decoder) {
+			c.Check(d, dir, func(name string) bool { return slices.Contains(tiers, name) })
+		})
+	return c, err
+}
 
 // TestNewFromConfig builds the parts from upstreams.toml's keys: the keys
 // file and database under state_dir, a static key that names its service
@@ -22,13 +38,13 @@ func TestNewFromConfig(t *testing.T) {
 	svcKey := strings.Repeat("s", 40)
 	os.WriteFile(static, []byte("svc-bot ops "+svcKey+"\n"), 0o644)
 	os.Chmod(static, 0o644)
-	conf := func(inFlight string) upstreams.FrontConfig {
-		cfg, err := upstreams.Parse("c.toml", []byte("allow_any_owner = true\nallow_any_network = true\nendpoint_dir = \"/e\"\nstate_dir = \""+dir+
-			"\"\n[tiers.fast]\n[front.auth]\nmode = \"required\"\nstatic_keys_file = \""+static+"\"\nslurm_accounts = false\n[front.limits]\nin_flight = "+inFlight+"\n"))
+	conf := func(inFlight string) Config {
+		cfg, err := parseAccess("[front.auth]\nmode = \"required\"\nstatic_keys_file = \""+static+
+			"\"\nslurm_accounts = false\n[front.limits]\nin_flight = "+inFlight+"\n", dir, "fast")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return cfg.Front
+		return cfg
 	}
 	if _, err := New(conf("1"), Options{}); err == nil || !strings.Contains(err.Error(), static) {
 		t.Fatalf("New with a 0644 static keys file: %v, want an error naming it", err)

@@ -14,7 +14,8 @@ import (
 	"time"
 
 	"slurm-llm/cmd/fake-llama/faketest"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/config"
+	"slurm-llm/endpoints/front"
 )
 
 // BenchmarkE2EFrontBodyMemory is issue 27's memory figure: 64 clients at
@@ -93,9 +94,9 @@ func boundConfig(b *testing.B, cfg, name, line string) string {
 }
 
 // loadFront is the [front] of the config at path, as the front door reads it.
-func loadFront(b *testing.B, path string) upstreams.FrontConfig {
+func loadFront(b *testing.B, path string) front.Config {
 	b.Helper()
-	c, err := upstreams.Load(path)
+	c, err := config.Load(path)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"slurm-llm/endpoints/upstreams"
 )
 
 // What each request pays for in the front door, in process (no nginx, no
@@ -47,8 +45,8 @@ func quickHead(tb testing.TB) *httptest.Server {
 // benchFront is a front door in an httptest server routing tier fast
 // (model tiny) to head.
 func benchFront(tb testing.TB, head *httptest.Server) string {
-	cfg := upstreams.DefaultFrontConfig()
-	cfg.Tiers["fast"] = upstreams.DefaultFrontTier
+	cfg := DefaultConfig()
+	cfg.Tiers["fast"] = DefaultTier
 	s := New(cfg, Options{AccessLog: io.Discard})
 	th := &testHead{tier: "fast", job: "1", models: []string{"tiny"}, srv: head}
 	r := &rig{t: tb, s: s}

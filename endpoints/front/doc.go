@@ -18,7 +18,9 @@
 // reached the client is skipped and the request goes to another head or
 // back to the queue. Nothing is retried once the client got a byte.
 //
-// The package owns no files and starts no processes: cmd/llm-upstreams
-// wires it to the updater (upstreams.Options.Routes), the listeners and
-// systemd.
+// It reads its own table of upstreams.toml, [front] (config.go: Config,
+// whose Access is package access's tables); endpoints/config loads the
+// file and hands it over. The package owns no files and starts no
+// processes: cmd/llm-upstreams wires it to the updater
+// (upstreams.Options.Routes), the listeners and systemd.
 package front

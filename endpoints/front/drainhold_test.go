@@ -29,8 +29,8 @@ func (c *testClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t
 func TestHoldUnknownCountsFromWhenTheTierStoppedServing(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	clock := &testClock{t: t0}
-	cfg := upstreams.DefaultFrontConfig() // hold_unknown 15 s
-	cfg.Tiers["fast"] = upstreams.DefaultFrontTier
+	cfg := DefaultConfig() // hold_unknown 15 s
+	cfg.Tiers["fast"] = DefaultTier
 	s := New(cfg, Options{Now: clock.now})
 	file := func(st endpoints.State, reason string, live bool) endpoints.Decision {
 		return endpoints.Decision{Live: live, Why: string(st), Entry: endpoints.Entry{File: "fast-7.json",

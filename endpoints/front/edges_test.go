@@ -13,8 +13,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"slurm-llm/endpoints/upstreams"
 )
 
 // The front door's edges (issue 27, item 4): each test pins a defect a
@@ -65,7 +63,7 @@ func TestExpectContinueIsNotPassedOn(t *testing.T) {
 // panicked the handler (the client saw EOF); every body that is not one
 // JSON object is a 400.
 func TestBodyThatIsNotAnObject(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.DefaultModel = "qwen-a" })
+	r := newRig(t, func(c *Config) { c.DefaultModel = "qwen-a" })
 	r.route(nil, newTestHead(t, "fast", "1", "qwen-a"))
 	for _, body := range []string{`null`, `[]`, `"qwen-a"`, `3`, `{"model":"qwen-a"`, `{"model":"qwen-a"} x`, ``} {
 		if code, _, got := r.postRaw("/v1/chat/completions", body); code != http.StatusBadRequest || !strings.Contains(got, "invalid_request_error") {
@@ -183,7 +181,7 @@ func TestEchoedNamesAreCut(t *testing.T) {
 // its head took it, so a refused attempt used up max_continuations and
 // inflated the log.
 func TestContinuationsCountedOnceAccepted(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.MaxContinuations = 1 })
+	r := newRig(t, func(c *Config) { c.MaxContinuations = 1 })
 	a, refusing, b := newTestHead(t, "fast", "1", "qwen-a"), newTestHead(t, "fast", "2", "qwen-a"), newTestHead(t, "fast", "3", "qwen-a")
 	a.tokens, b.tokens = 6, 6
 	refusing.setMode("503")
@@ -372,7 +370,7 @@ func TestPrefillOfPartsIsKept(t *testing.T) {
 // TestCORSPreflight: a browser's preflight (OPTIONS) got 405; it is
 // answered for the origins configured, and for no other.
 func TestCORSPreflight(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.CORSOrigins = []string{"https://chat.example.org"} })
+	r := newRig(t, func(c *Config) { c.CORSOrigins = []string{"https://chat.example.org"} })
 	r.route(nil, newTestHead(t, "fast", "1", "qwen-a"))
 	preflight := func(origin string) *http.Response {
 		req, _ := http.NewRequest(http.MethodOptions, r.srv.URL+"/v1/chat/completions", nil)
@@ -405,7 +403,7 @@ func TestCORSPreflight(t *testing.T) {
 // clients hold at once; past max_body_bytes_in_flight a request is a 503
 // busy at once.
 func TestBodiesInFlightAreBounded(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.MaxBodyBytes, c.MaxBodyBytesInFlight = 16<<10, 40<<10 })
+	r := newRig(t, func(c *Config) { c.MaxBodyBytes, c.MaxBodyBytesInFlight = 16<<10, 40<<10 })
 	h := newTestHead(t, "fast", "1", "qwen-a")
 	h.setMode("block")
 	r.route(nil, h)
@@ -433,7 +431,7 @@ func TestBodiesInFlightAreBounded(t *testing.T) {
 // /reasoning/v1/chat/completions (nginx's per-tier URL); through the front
 // door it was a 404 "unknown path".
 func TestTierPrefixKeepsTheSeedsURLs(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
+	r := newRig(t, func(c *Config) {
 		ft := c.Tiers["reasoning"]
 		ft.Prefix = "/reasoning"
 		c.Tiers["reasoning"] = ft

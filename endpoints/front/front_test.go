@@ -24,7 +24,7 @@ import (
 )
 
 func TestRoutesByModel(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
+	r := newRig(t, func(c *Config) {
 		c.Aliases = map[string]string{"gpt-4o-mini": "qwen-a"}
 	})
 	fast := newTestHead(t, "fast", "101", "qwen-a", "qwen-b")
@@ -164,7 +164,7 @@ func TestNotBackInTimeIsAnsweredAtOnce(t *testing.T) {
 	back := time.Now().Add(time.Hour).Truncate(time.Second)
 	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonPreempted,
 		ExpectedBack: &back, RetryAfter: 3600}})
-	r.s.cfg.Load().Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Minute, MaxHeld: 4, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
+	r.s.cfg.Load().Tiers["reasoning"] = TierConfig{Hold: time.Minute, MaxHeld: 4, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	code, hdr, body := r.do("OR1-Behemoth", "x")
 	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") != "3600" || hdr.Get(TierHeader) != "none" {
 		t.Fatalf("got %d Retry-After %q tier %q; want 503, 3600, none", code, hdr.Get("Retry-After"), hdr.Get(TierHeader))
@@ -183,8 +183,8 @@ func TestNotBackInTimeIsAnsweredAtOnce(t *testing.T) {
 }
 
 func TestHoldEndsAtItsDeadlineOrWhenTheViewSaysNo(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Hour, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
+	r := newRig(t, func(c *Config) {
+		c.Tiers["reasoning"] = TierConfig{Hold: time.Hour, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	})
 	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}})
 	code, _, _ := r.do("OR1-Behemoth", "x", HoldHeader, "50ms")
@@ -205,8 +205,8 @@ func TestHoldEndsAtItsDeadlineOrWhenTheViewSaysNo(t *testing.T) {
 }
 
 func TestHoldIsBounded(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Hour, MaxHeld: 1, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
+	r := newRig(t, func(c *Config) {
+		c.Tiers["reasoning"] = TierConfig{Hold: time.Hour, MaxHeld: 1, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	})
 	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -248,7 +248,7 @@ func TestRetryBeforeTheFirstByte(t *testing.T) {
 }
 
 func TestNothingIsSentTwiceOnceTheAnswerStarted(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
+	r := newRig(t, func(c *Config) {
 		ft := c.Tiers["fast"]
 		ft.Continue = false // the continuation is TestContinues…'s
 		c.Tiers["fast"] = ft
@@ -338,8 +338,8 @@ func TestKeptAliveConnectionsSurviveRoutingChanges(t *testing.T) {
 }
 
 func TestBackupModelOnlyWhereConfigured(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Second, MaxHeld: 8, MaxHeldBytes: 1 << 20,
+	r := newRig(t, func(c *Config) {
+		c.Tiers["reasoning"] = TierConfig{Hold: time.Second, MaxHeld: 8, MaxHeldBytes: 1 << 20,
 			Models: []string{"OR1-Behemoth"}, BackupModel: "qwen-a"}
 	})
 	fast := newTestHead(t, "fast", "101", "qwen-a")
@@ -354,7 +354,7 @@ func TestBackupModelOnlyWhereConfigured(t *testing.T) {
 }
 
 func TestRequestLimitsAndBadRequests(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.MaxBodyBytes = 4 << 10 })
+	r := newRig(t, func(c *Config) { c.MaxBodyBytes = 4 << 10 })
 	r.route(nil, newTestHead(t, "fast", "101", "qwen-a"))
 	for _, tc := range []struct {
 		name, path, method, body string
@@ -385,13 +385,13 @@ func TestRequestLimitsAndBadRequests(t *testing.T) {
 }
 
 func TestHoldHeader(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.HoldMax = time.Minute })
+	r := newRig(t, func(c *Config) { c.HoldMax = time.Minute })
 	for _, tc := range []struct {
 		v    string
 		want time.Duration
 		bad  bool
 	}{
-		{"", upstreams.DefaultFrontTier.Hold, false}, {"90s", time.Minute, false}, {"5", 5 * time.Second, false},
+		{"", DefaultTier.Hold, false}, {"90s", time.Minute, false}, {"5", 5 * time.Second, false},
 		{"0", 0, false}, {"1.5", 1500 * time.Millisecond, false}, {"-1s", 0, true}, {"soon", 0, true},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, "/", nil)
@@ -409,8 +409,8 @@ var updateMetrics = flag.Bool("update-metrics", false, "rewrite testdata/metrics
 // contract with dashboards and alerts (-args -update-metrics rewrites the
 // golden file on purpose).
 func TestMetricFamiliesGolden(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Minute, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
+	r := newRig(t, func(c *Config) {
+		c.Tiers["reasoning"] = TierConfig{Hold: time.Minute, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	})
 	bad, good := newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "fast", "103", "qwen-a")
 	bad.setMode("503")

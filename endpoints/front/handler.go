@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"slurm-llm/endpoints/access"
-	"slurm-llm/endpoints/upstreams"
 )
 
 // proxied are the paths passed on to a head (POST, routed by "model"):
@@ -310,7 +309,7 @@ var errBusyBodies = errors.New("busy: too many request bytes in flight")
 // (413), by read_timeout, and by the bytes all requests in flight hold
 // (max_body_bytes_in_flight: 503 busy, at once, before reading more). A
 // body of known length is read into one buffer of that size.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, c *call, cfg *upstreams.FrontConfig) bool {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, c *call, cfg *Config) bool {
 	tooLarge := func() bool {
 		s.reject(w, c, http.StatusRequestEntityTooLarge, "invalid_request_error",
 			fmt.Sprintf("request body larger than %d bytes", cfg.MaxBodyBytes), nil)
@@ -369,7 +368,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, c *call, cfg *
 
 // reserve counts a request's body as total bytes in the bound on bodies in
 // flight (max_body_bytes_in_flight), or fails without counting it.
-func (s *Server) reserve(c *call, total int64, cfg *upstreams.FrontConfig) error {
+func (s *Server) reserve(c *call, total int64, cfg *Config) error {
 	add := total - c.reserved
 	if s.bodyBytes.Add(add) > cfg.MaxBodyBytesInFlight {
 		s.bodyBytes.Add(-add)

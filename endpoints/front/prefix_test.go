@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
-	"slurm-llm/endpoints/upstreams"
 )
 
 // TestTierPrefixIsTakenOffThePathSentToTheHead: a request to
@@ -17,7 +15,7 @@ import (
 // found" through the front door (TestE2EFrontSeedURLs found it; the unit
 // tests' heads answered any path). The head gets the path it serves.
 func TestTierPrefixIsTakenOffThePathSentToTheHead(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
+	r := newRig(t, func(c *Config) {
 		ft := c.Tiers["reasoning"]
 		ft.Prefix = "/reasoning"
 		c.Tiers["reasoning"] = ft

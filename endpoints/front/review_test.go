@@ -61,7 +61,7 @@ func TestStreamOptionsNullIsCounted(t *testing.T) {
 func TestStreamOptionsNullIsChargedToTheUser(t *testing.T) {
 	for _, opts := range []string{``, `,"stream_options":null`} {
 		t.Run(opts, func(t *testing.T) {
-			k := newKeyedRig(t, func(c *upstreams.FrontConfig) { c.Limits.Default.TokensPerMinute = 5 }, "alice")
+			k := newKeyedRig(t, func(c *Config) { c.Access.Limits.Default.TokensPerMinute = 5 }, "alice")
 			h := newTestHead(t, "fast", "1", "qwen-a")
 			h.tokens = 5
 			k.route(nil, h)
@@ -86,8 +86,8 @@ func TestStreamOptionsNullIsChargedToTheUser(t *testing.T) {
 // "choices": [], which clients indexing choices[0] trip on), and its
 // tokens are not counted.
 func TestBackupStreamIsReadLikeAnyOther(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: time.Second, MaxHeld: 8, MaxHeldBytes: 1 << 20,
+	r := newRig(t, func(c *Config) {
+		c.Tiers["reasoning"] = TierConfig{Hold: time.Second, MaxHeld: 8, MaxHeldBytes: 1 << 20,
 			Models: []string{"OR1-Behemoth"}, BackupModel: "qwen-a"}
 	})
 	fast := newTestHead(t, "fast", "101", "qwen-a")
@@ -108,8 +108,8 @@ func TestBackupStreamIsReadLikeAnyOther(t *testing.T) {
 // models on two heads; model a's head is full and max_held of a's requests
 // wait. A request for b, whose head is idle, gets the tier's 503 busy.
 func TestFreeHeadIsNotBehindAnotherModelsQueue(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		ft := upstreams.DefaultFrontTier
+	r := newRig(t, func(c *Config) {
+		ft := DefaultTier
 		ft.MaxHeld = 1
 		c.Tiers["fast"] = ft
 	})
@@ -149,7 +149,7 @@ func TestLongestPrefixWins(t *testing.T) {
 	if len(seen) != 1 {
 		t.Errorf("one path, several routes: %v", seen)
 	}
-	_, err := upstreams.Parse("u.toml", []byte("endpoint_dir = \"/e\"\nallowed_owners = [\"0\"]\nallowed_networks = [\"127.0.0.0/8\"]\n[tiers.fast]\n[tiers.reasoning]\n[front]\nlisten = \"127.0.0.1:1\"\n[front.tiers.fast]\nprefix = \"/qwen\"\n[front.tiers.reasoning]\nprefix = \"/qwen/coder\"\n"))
+	_, err := parseFront("[front]\nlisten = \"127.0.0.1:1\"\n[front.tiers.fast]\nprefix = \"/qwen\"\n[front.tiers.reasoning]\nprefix = \"/qwen/coder\"\n", "fast", "reasoning")
 	t.Logf("config check of the nested prefixes: %v", err)
 }
 
@@ -157,7 +157,7 @@ func TestLongestPrefixWins(t *testing.T) {
 // Hints) makes the proxy clear the client's header map, CORS headers
 // included; clientWriter swallows the 1xx but not the clear.
 func TestCORSHeadersSurviveAHeads1xx(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.CORSOrigins = []string{"https://app.example"} })
+	r := newRig(t, func(c *Config) { c.CORSOrigins = []string{"https://app.example"} })
 	h := newTestHead(t, "fast", "1", "qwen-a")
 	inner := h.srv.Config.Handler
 	h.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -185,8 +185,8 @@ func TestCORSHeadersSurviveAHeads1xx(t *testing.T) {
 // hold_max and is served. The earlier request loses its place and gets a
 // 503 for a tier that is routed and only busy.
 func TestBusyModelExtendsAnEarlierHold(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		ft := upstreams.DefaultFrontTier
+	r := newRig(t, func(c *Config) {
+		ft := DefaultTier
 		ft.Hold = 300 * time.Millisecond
 		c.Tiers["fast"] = ft
 	})
@@ -245,7 +245,7 @@ func TestClientHoldBoundsABusyWait(t *testing.T) {
 // count keeps the cut request until the whole continued answer ends, so a,
 // idle, looks full (slots 1) and a new request waits behind b.
 func TestCutHeadIsFreedForTheContinuation(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) { c.FailTimeout = time.Millisecond })
+	r := newRig(t, func(c *Config) { c.FailTimeout = time.Millisecond })
 	a, b := newTestHead(t, "fast", "1", "qwen-a"), newTestHead(t, "fast", "2", "qwen-a")
 	a.setMode("cut")
 	a.gate, b.gate = make(chan struct{}), make(chan struct{})
@@ -337,7 +337,7 @@ func TestHeldContinuationIsWrittenWhenSent(t *testing.T) {
 // not: the front door routes by the alias's model (qwen-b) and the head, a
 // router serving two models, reads the alias.
 func TestAliasUnderAPrefixIsRewritten(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
+	r := newRig(t, func(c *Config) {
 		ft := c.Tiers["fast"]
 		ft.Prefix = "/fast"
 		c.Tiers["fast"] = ft
@@ -364,8 +364,8 @@ func TestAliasUnderAPrefixIsRewritten(t *testing.T) {
 // flood by one user put everyone's later requests behind it); it is a 503
 // busy, as documented, and the held one goes next.
 func TestPastMaxHeldIsBusyNotOvertaking(t *testing.T) {
-	r := newRig(t, func(c *upstreams.FrontConfig) {
-		ft := upstreams.DefaultFrontTier
+	r := newRig(t, func(c *Config) {
+		ft := DefaultTier
 		ft.MaxHeld = 1
 		c.Tiers["fast"] = ft
 	})

@@ -339,14 +339,14 @@ func (o *sendOrder) order() []string {
 }
 
 // testConfig is [front] with its defaults and the tiers fast and reasoning.
-func testConfig() upstreams.FrontConfig {
-	cfg := upstreams.DefaultFrontConfig()
-	cfg.Tiers["fast"] = upstreams.DefaultFrontTier
-	cfg.Tiers["reasoning"] = upstreams.DefaultFrontTier
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Tiers["fast"] = DefaultTier
+	cfg.Tiers["reasoning"] = DefaultTier
 	return cfg
 }
 
-func newRig(t testing.TB, edit func(*upstreams.FrontConfig)) *rig {
+func newRig(t testing.TB, edit func(*Config)) *rig {
 	cfg := testConfig()
 	if edit != nil {
 		edit(&cfg)

@@ -41,7 +41,7 @@ type Server struct {
 	opts    Options
 	log     hclog.Logger
 	metrics *Metrics
-	cfg     atomic.Pointer[upstreams.FrontConfig]
+	cfg     atomic.Pointer[Config]
 	tab     atomic.Pointer[table]
 	rp      *httputil.ReverseProxy
 	poller  poller
@@ -73,7 +73,7 @@ type Server struct {
 
 // New returns a front door serving cfg. It routes nothing until the first
 // Update.
-func New(cfg upstreams.FrontConfig, opts Options) *Server {
+func New(cfg Config, opts Options) *Server {
 	if opts.Log == nil {
 		opts.Log = hclog.NewNullLogger()
 	}
@@ -139,7 +139,7 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // SetConfig replaces the front door's settings (SIGHUP); the listeners
 // stay as they are.
-func (s *Server) SetConfig(cfg upstreams.FrontConfig) {
+func (s *Server) SetConfig(cfg Config) {
 	s.cfg.Store(&cfg)
 	for _, q := range s.allQueues() {
 		s.dispatch(q)
@@ -147,12 +147,7 @@ func (s *Server) SetConfig(cfg upstreams.FrontConfig) {
 }
 
 // tierCfg is tier's settings (the defaults for a tier not configured).
-func (s *Server) tierCfg(tier string) upstreams.FrontTier {
-	if ft, ok := s.cfg.Load().Tiers[tier]; ok {
-		return ft
-	}
-	return upstreams.DefaultFrontTier
-}
+func (s *Server) tierCfg(tier string) TierConfig { return s.cfg.Load().Tier(tier) }
 
 // view is tier's view in the current table; a tier the passes never saw
 // is down for an unknown reason.
@@ -161,7 +156,7 @@ func (s *Server) view(tier string) upstreams.TierView {
 		return v
 	}
 	return upstreams.TierView{Tier: tier, State: upstreams.StateDown, Reason: upstreams.ReasonNoEndpoint,
-		RetryAfter: int(upstreams.DefaultFrontTier.Hold / time.Second)}
+		RetryAfter: int(DefaultTier.Hold / time.Second)}
 }
 
 // Update takes one pass's report (the updater's Options.Routes): a new

@@ -19,7 +19,6 @@ import (
 
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/access/usage"
-	"slurm-llm/endpoints/upstreams"
 )
 
 // The front door with package access wired (issue 28): who sent each
@@ -34,7 +33,7 @@ type keyed struct {
 
 // newKeyedRig makes static keys for users (account "acct-<user>"), a usage
 // database, and a front door that identifies, limits and records.
-func newKeyedRig(t *testing.T, edit func(*upstreams.FrontConfig), users ...string) *keyed {
+func newKeyedRig(t *testing.T, edit func(*Config), users ...string) *keyed {
 	t.Helper()
 	dir := t.TempDir()
 	k := &keyed{keys: map[string]string{}, db: filepath.Join(dir, "usage.db")}
@@ -51,20 +50,20 @@ func newKeyedRig(t *testing.T, edit func(*upstreams.FrontConfig), users ...strin
 	if err := os.WriteFile(static, []byte(lines.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k.rig = newRig(t, func(c *upstreams.FrontConfig) {
-		parsed, err := upstreams.Parse("u.toml", []byte("endpoint_dir = \"/e\"\nallowed_owners = [\"0\"]\nallowed_networks = [\"127.0.0.0/8\"]\n[tiers.fast]\n[tiers.reasoning]\n"))
+	k.rig = newRig(t, func(c *Config) {
+		parsed, err := parseFront("", "fast", "reasoning")
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Auth, c.Usage, c.FairShare, c.Limits = parsed.Front.Auth, parsed.Front.Usage, parsed.Front.FairShare, parsed.Front.Limits
-		c.Auth.StaticKeysFile, c.Auth.KeysFile, c.Auth.SlurmAccounts = static, "", false
-		c.Usage.Database, c.Usage.Flush = k.db, 10*time.Millisecond
+		c.Access = parsed.Access
+		c.Access.Auth.StaticKeysFile, c.Access.Auth.KeysFile, c.Access.Auth.SlurmAccounts = static, "", false
+		c.Access.Usage.Database, c.Access.Usage.Flush = k.db, 10*time.Millisecond
 		if edit != nil {
 			edit(c)
 		}
 	})
 	cfg := *k.s.cfg.Load()
-	a, err := access.New(cfg, access.Options{})
+	a, err := access.New(cfg.Access, access.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +178,7 @@ func TestOnlyRequestsForModelsAreUsage(t *testing.T) {
 // TestRequiredModeRefusesWithoutAKey: mode "required" answers 401 in
 // OpenAI's shape to a request with no key.
 func TestRequiredModeRefusesWithoutAKey(t *testing.T) {
-	k := newKeyedRig(t, func(c *upstreams.FrontConfig) { c.Auth.Mode = "required" }, "alice")
+	k := newKeyedRig(t, func(c *Config) { c.Access.Auth.Mode = "required" }, "alice")
 	k.route(nil, newTestHead(t, "fast", "1", "qwen-a"))
 	code, body := k.as("", "qwen-a", "hi")
 	if code != http.StatusUnauthorized || !strings.Contains(body, "invalid_api_key") {
@@ -193,7 +192,7 @@ func TestRequiredModeRefusesWithoutAKey(t *testing.T) {
 // TestPerUserLimitIs429: past a user's in-flight limit on a tier, 429
 // rate_limit_exceeded with Retry-After; another user is not held to it.
 func TestPerUserLimitIs429(t *testing.T) {
-	k := newKeyedRig(t, func(c *upstreams.FrontConfig) { c.Limits.Default.InFlight = 1 }, "alice", "bob")
+	k := newKeyedRig(t, func(c *Config) { c.Access.Limits.Default.InFlight = 1 }, "alice", "bob")
 	h := newTestHead(t, "fast", "1", "qwen-a")
 	h.setMode("block")
 	k.route(nil, h)

@@ -62,8 +62,8 @@ func TestDecide(t *testing.T) {
 // (goal: within 50 ms), and one held for a tier that does not come back
 // in time gets it at the end of its hold (here 200 ms), not later.
 func BenchmarkHoldAnswers(b *testing.B) {
-	r := newRig(b, func(c *upstreams.FrontConfig) {
-		c.Tiers["reasoning"] = upstreams.FrontTier{Hold: 2 * time.Minute, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
+	r := newRig(b, func(c *Config) {
+		c.Tiers["reasoning"] = TierConfig{Hold: 2 * time.Minute, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	})
 	back := time.Now().Add(time.Hour)
 	out := []upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonPreempted, ExpectedBack: &back, RetryAfter: 3600}}

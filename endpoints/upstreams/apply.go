@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/fsutil"
+	"slurm-llm/endpoints/nginx"
 )
 
 // Errors of Apply a caller may count apart. Both leave the last good files
@@ -72,7 +72,7 @@ type prior struct {
 // test or the reload fails, the previous files are put back, so the running
 // nginx and the files on disk stay the last good config; the error wraps
 // ErrTestFailed or ErrReloadFailed.
-func (a *Applier) Apply(ctx context.Context, ups []endpoints.Upstream) (ApplyResult, error) {
+func (a *Applier) Apply(ctx context.Context, ups []nginx.Upstream) (ApplyResult, error) {
 	digest := setDigest(ups)
 	priors, err := a.changedFiles(ups)
 	if err != nil {
@@ -110,7 +110,7 @@ func (a *Applier) Apply(ctx context.Context, ups []endpoints.Upstream) (ApplyRes
 
 // changedFiles returns, for each upstream whose file differs from its
 // bytes, what the file held before.
-func (a *Applier) changedFiles(ups []endpoints.Upstream) ([]prior, error) {
+func (a *Applier) changedFiles(ups []nginx.Upstream) ([]prior, error) {
 	var out []prior
 	for _, u := range ups {
 		old, err := os.ReadFile(filepath.Join(a.Dir, u.File))
@@ -127,7 +127,7 @@ func (a *Applier) changedFiles(ups []endpoints.Upstream) ([]prior, error) {
 }
 
 // writeAll writes the changed files; on a failure it restores those done.
-func (a *Applier) writeAll(ups []endpoints.Upstream, priors []prior) error {
+func (a *Applier) writeAll(ups []nginx.Upstream, priors []prior) error {
 	want := make(map[string][]byte, len(ups))
 	for _, u := range ups {
 		want[u.File] = u.Bytes
@@ -158,7 +158,7 @@ func (a *Applier) rollback(priors []prior) {
 }
 
 // setDigest is a digest of the whole file set: names, lengths and bytes.
-func setDigest(ups []endpoints.Upstream) string {
+func setDigest(ups []nginx.Upstream) string {
 	h := sha256.New()
 	for _, u := range ups {
 		fmt.Fprintf(h, "%s\x00%d\x00", u.File, len(u.Bytes))

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 
-	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
 )
 
 // fakeNginx records commands and fails the ones named in fail. When it runs
@@ -53,10 +53,10 @@ func readDirFiles(dir string) map[string]string {
 	return out
 }
 
-func ups(files ...string) []endpoints.Upstream {
-	var out []endpoints.Upstream
+func ups(files ...string) []nginx.Upstream {
+	var out []nginx.Upstream
 	for i := 0; i+1 < len(files); i += 2 {
-		out = append(out, endpoints.Upstream{File: files[i], Bytes: []byte(files[i+1])})
+		out = append(out, nginx.Upstream{File: files[i], Bytes: []byte(files[i+1])})
 	}
 	return out
 }
@@ -65,7 +65,7 @@ func TestApply(t *testing.T) {
 	tests := []struct {
 		name      string
 		before    map[string]string // files on disk before, "" stamp from applying it
-		apply     []endpoints.Upstream
+		apply     []nginx.Upstream
 		fail      map[string]bool
 		wantCalls []string
 		wantFiles map[string]string
@@ -91,9 +91,9 @@ func TestApply(t *testing.T) {
 			f := &fakeNginx{dir: dir}
 			a := &Applier{Dir: dir, Test: []string{"nginx", "-t"}, Reload: []string{"nginx", "-s", "reload"}, Runner: f, Log: hclog.NewNullLogger()}
 			if tt.before != nil {
-				var prev []endpoints.Upstream
+				var prev []nginx.Upstream
 				for _, name := range slices.Sorted(maps.Keys(tt.before)) {
-					prev = append(prev, endpoints.Upstream{File: name, Bytes: []byte(tt.before[name])})
+					prev = append(prev, nginx.Upstream{File: name, Bytes: []byte(tt.before[name])})
 				}
 				if _, err := a.Apply(context.Background(), prev); err != nil {
 					t.Fatal(err)

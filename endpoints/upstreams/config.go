@@ -1,20 +1,22 @@
 // Package upstreams is the controller side of slurm-llm: it turns the
-// endpoint directory into nginx upstream files and applies them safely
-// (nginx -t, atomic swap, reload, rollback), once (sync) or continuously
-// (watch). For each tier it keeps a view (why it is not routed and when it
+// endpoint directory into nginx upstream files (rendered by
+// endpoints/nginx) and applies them safely (nginx -t, atomic swap, reload,
+// rollback), once (sync) or continuously (watch), or hands each pass's
+// report to the front door (Options.Routes). For each tier it keeps a view (why it is not routed and when it
 // is expected back: the 503's body and Retry-After), and watch keeps an
 // availability record (report) and removes the endpoint files of jobs gone.
-// cmd/llm-upstreams only wires flags, signals and the logger to it. It
-// reads jobs' files and asks Slurm about jobs; it never submits, releases,
-// cancels or signals a job (endpoints/keeper does).
+// It reads its own keys of upstreams.toml (Config: all but [front], which
+// is package front's; endpoints/config loads the file) and follows the
+// keeper's file through keeper.Follower. cmd/llm-upstreams only wires
+// flags, signals and the logger to it. It reads jobs' files and asks Slurm
+// about jobs; it never submits, releases, cancels or signals a job
+// (endpoints/keeper does).
 package upstreams
 
 import (
-	"fmt"
 	"maps"
 	"net"
 	"net/netip"
-	"os"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -25,11 +27,15 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tomlconf"
 )
 
-// Config is the content of upstreams.toml (see etc/upstreams.toml for every
-// key with its meaning). Load fills defaults; the zero value is not usable.
+// Config is the watcher's part of upstreams.toml: the top-level keys and
+// their tables but [front] (see etc/upstreams.toml for every key with its
+// meaning). The file's loader (endpoints/config) fills the defaults
+// (DefaultConfig) and hands the tables to Fields and Check; the zero value
+// is not usable.
 type Config struct {
 	// EndpointDir is the shared directory jobs publish endpoint files into.
 	EndpointDir string
@@ -92,14 +98,12 @@ type Config struct {
 	Record RecordConfig
 	// Stale says whether and when endpoint files of jobs gone are removed.
 	Stale StaleConfig
-	// Front is the front door's settings (llm-upstreams front).
-	Front FrontConfig
 
-	// AllowedUIDs is AllowedOwners resolved by Load.
+	// AllowedUIDs is AllowedOwners resolved by Check.
 	AllowedUIDs []uint32
-	// AllowedPrefixes is AllowedNetworks parsed by Load.
+	// AllowedPrefixes is AllowedNetworks parsed by Check.
 	AllowedPrefixes []netip.Prefix
-	// Path is the file Load read.
+	// Path is the file the loader read.
 	Path string
 }
 
@@ -190,65 +194,27 @@ var defaultConfig = Config{
 	Outage:       OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
 	Record:       RecordConfig{MaxSize: 8 << 20},
 	Stale:        StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute},
-	Front:        defaultFront,
 }
 
 // DefaultKeeperConfig is where the keeper's config is installed.
 const DefaultKeeperConfig = "/etc/slurm-llm/keeper.toml"
 
-// Load reads and validates a config file with the loader every config
-// shares (tomlconf): unknown keys are errors naming the file and line, so
-// a typo never silently falls back to a default, and durations are
-// strings ("5s"), never bare numbers.
-func Load(path string) (Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("load config: %w", err)
-	}
-	return Parse(path, b)
-}
-
-// Parse is Load on bytes already read; path is used in messages. Every
-// problem is reported, each as "FILE:LINE: KEY: reason".
-func Parse(path string, b []byte) (Config, error) { return parse(path, b, user.Lookup) }
-
-// LoadSettings is Load for a tool that reads the file's settings on a
-// machine that need not have the controller's accounts (llm-supervisor
-// check-config on a login node, or in a checkout of etc/): an account of
-// allowed_owners unknown there is not an error; it stands for uid
-// 4294967295 ((uid_t)-1, which owns no file). Never route with it.
-func LoadSettings(path string) (Config, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("load config: %w", err)
-	}
-	return parse(path, b, func(name string) (*user.User, error) {
-		if u, err := user.Lookup(name); err == nil {
-			return u, nil
-		}
-		return &user.User{Username: name, Uid: "4294967295"}, nil
-	})
-}
-
-// parse is Parse with the user lookup given (tests name accounts that
-// the machine running them lacks).
-func parse(path string, b []byte, lookup func(string) (*user.User, error)) (Config, error) {
+// DefaultConfig is the watcher's keys with every key left out, as the
+// file's loader (endpoints/config) starts from; not usable as it is (no
+// endpoint_dir, no tiers).
+func DefaultConfig() Config {
 	cfg := defaultConfig
 	cfg.Nginx.Test = slices.Clone(defaultConfig.Nginx.Test)
 	cfg.Nginx.Reload = slices.Clone(defaultConfig.Nginx.Reload)
 	cfg.Tiers = map[string]TierConfig{}
-	cfg.Front.Tiers = map[string]FrontTier{}
-	cfg.Path = path
-	check := func(d *tomlconf.Decoder) { cfg.check(d, lookup) }
-	if err := tomlconf.Decode(path, b, cfg.decode, check); err != nil {
-		return Config{}, fmt.Errorf("load config: %w", err)
-	}
-	return cfg, nil
+	return cfg
 }
 
-// decode declares the file's keys (etc/upstreams.toml documents them).
-func (c *Config) decode(d *tomlconf.Decoder) {
-	d.Root(map[string]tomlconf.Field{
+// Fields declares the watcher's keys of upstreams.toml (etc/upstreams.toml
+// documents them): the top level and its tables, all but [front] (the
+// front door's, package front), for the file's loader to take in.
+func (c *Config) Fields(d *tomlconf.Decoder) map[string]tomlconf.Field {
+	return map[string]tomlconf.Field{
 		"endpoint_dir":      d.String(&c.EndpointDir),
 		"output_dir":        d.String(&c.OutputDir),
 		"lock_file":         d.String(&c.LockFile),
@@ -305,13 +271,13 @@ func (c *Config) decode(d *tomlconf.Decoder) {
 			"grace":    d.Duration(&c.Stale.Grace),
 			"interval": d.Duration(&c.Stale.Interval),
 		}),
-		"front": c.decodeFront(d),
-	})
+	}
 }
 
-// check validates what decoding could not, and resolves the owners (with
-// lookup) and the networks.
-func (c *Config) check(d *tomlconf.Decoder, lookup func(string) (*user.User, error)) {
+// Check validates what decoding could not, and resolves the owners (with
+// lookup: user.Lookup, or a stand-in where the controller's accounts are
+// unknown) and the networks.
+func (c *Config) Check(d *tomlconf.Decoder, lookup func(string) (*user.User, error)) {
 	for key, dir := range map[string]string{"endpoint_dir": c.EndpointDir, "output_dir": c.OutputDir, "lock_file": c.LockFile} {
 		if dir == "" || !filepath.IsAbs(dir) {
 			d.Invalid(toml.Key{key}, "want an absolute path")
@@ -361,7 +327,6 @@ func (c *Config) check(d *tomlconf.Decoder, lookup func(string) (*user.User, err
 		d.Invalid(toml.Key{"max_files"}, "want a positive number of files")
 	}
 	c.checkTiers(d)
-	c.checkFront(d)
 	c.checkAllowLists(d)
 	c.resolveOwners(d, lookup)
 	c.parseNetworks(d)
@@ -403,10 +368,10 @@ func (c *Config) checkTiers(d *tomlconf.Decoder) {
 			d.Invalid(key, "%v", err)
 			continue
 		}
-		if other, dup := seen[endpoints.NginxName(name)]; dup {
+		if other, dup := seen[nginx.NginxName(name)]; dup {
 			d.Invalid(key, "%s and %s have the same nginx name", other, name)
 		}
-		seen[endpoints.NginxName(name)] = name
+		seen[nginx.NginxName(name)] = name
 		if j := c.Tiers[name].JobName; j == "" || strings.ContainsAny(j, ", \t\n\"'") {
 			d.Invalid(append(key, "job_name"), "want a name without commas, quotes or white space")
 		}
@@ -434,10 +399,10 @@ func (c *Config) parseNetworks(d *tomlconf.Decoder) {
 }
 
 // TierSpecs returns the configured tiers sorted by name, for Render.
-func (c *Config) TierSpecs() []endpoints.TierSpec {
-	var out []endpoints.TierSpec
+func (c *Config) TierSpecs() []nginx.TierSpec {
+	var out []nginx.TierSpec
 	for _, name := range slices.Sorted(maps.Keys(c.Tiers)) {
-		out = append(out, endpoints.TierSpec{Name: name, Backup: c.Tiers[name].Backup,
+		out = append(out, nginx.TierSpec{Name: name, Backup: c.Tiers[name].Backup,
 			RetryAfter: int(c.Outage.RetryAfter / time.Second)})
 	}
 	return out

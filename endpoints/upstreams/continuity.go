@@ -37,8 +37,9 @@ const SlurmRequeueHold = 121 * time.Second
 // streams; a zero duration is "not known here".
 type ContinueFacts struct {
 	Tier string
-	// Front is the tier's [front.tiers.NAME]; HoldUnknown [front]'s.
-	Front       FrontTier
+	// Front is the tier's [front.tiers.NAME] hold and continue;
+	// HoldUnknown [front]'s hold_unknown.
+	Front       FrontHold
 	HoldUnknown time.Duration
 	// Release: the keeper keeps the tier and releases its requeued job, at
 	// most ReleaseWithin after the requeue; else NoRelease says why not.
@@ -51,6 +52,15 @@ type ContinueFacts struct {
 	// StartToReady is the tier's measured time from a job's start to
 	// routed.
 	StartToReady time.Duration
+}
+
+// FrontHold is what the rule weighs of a tier's [front.tiers.NAME]: the
+// front door's package reads that table (front.Config.Hold gives this).
+type FrontHold struct {
+	// Hold is how long a request waits for the tier to come back.
+	Hold time.Duration
+	// Continue: a stream cut before its end is continued on another head.
+	Continue bool
 }
 
 // KeeperRelease says whether kc's keeper releases tier's requeued job and
@@ -119,20 +129,17 @@ func (f ContinueFacts) parts(release time.Duration) string {
 }
 
 // ContinueFacts are what this updater knows of each configured tier's
-// drained streams: [front], the keeper's config as it is now and the
-// measured start-to-ready (the tier memory, the watcher's when a front
-// door reads it); not the drains, which the tiers' configs set
-// (llm-supervisor check-config checks those).
-func (u *Updater) ContinueFacts() []ContinueFacts {
+// drained streams, with the front door's holds given (hold: a tier's
+// [front.tiers.NAME]; holdUnknown: [front] hold_unknown): the keeper's
+// config as it is now and the measured start-to-ready (the tier memory,
+// the watcher's when a front door reads it); not the drains, which the
+// tiers' configs set (llm-supervisor check-config checks those).
+func (u *Updater) ContinueFacts(hold func(tier string) FrontHold, holdUnknown time.Duration) []ContinueFacts {
 	u.refreshKeeper()
 	u.loadMemOnce()
 	var out []ContinueFacts
 	for _, name := range slices.Sorted(maps.Keys(u.cfg.Tiers)) {
-		f := ContinueFacts{Tier: name, Front: u.cfg.Front.Tiers[name], HoldUnknown: u.cfg.Front.HoldUnknown,
-			StartToReady: u.mem[name].medianReady()}
-		if _, ok := u.cfg.Front.Tiers[name]; !ok {
-			f.Front = DefaultFrontTier
-		}
+		f := ContinueFacts{Tier: name, Front: hold(name), HoldUnknown: holdUnknown, StartToReady: u.mem[name].medianReady()}
 		f.Release, f.ReleaseWithin, f.NoRelease = KeeperRelease(u.keeper, name)
 		out = append(out, f)
 	}

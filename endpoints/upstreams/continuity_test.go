@@ -14,7 +14,7 @@ func TestCheckContinuation(t *testing.T) {
 	// The shipped fast tier: hold 30 s, hold_unknown 15 s, the keeper
 	// releasing within 2 s, a single tier's drain (16 s in flight, a 9 s
 	// ordered stop).
-	fast := ContinueFacts{Tier: "fast", Front: FrontTier{Hold: 30 * time.Second, Continue: true}, HoldUnknown: 15 * time.Second,
+	fast := ContinueFacts{Tier: "fast", Front: FrontHold{Hold: 30 * time.Second, Continue: true}, HoldUnknown: 15 * time.Second,
 		Release: true, ReleaseWithin: 2 * time.Second, InFlight: 16 * time.Second, Stop: 9 * time.Second}
 	edit := func(f ContinueFacts, change func(*ContinueFacts)) ContinueFacts { change(&f); return f }
 	tests := []struct {

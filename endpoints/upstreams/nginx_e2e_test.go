@@ -50,7 +50,7 @@ func (n *privateNginx) config(t testing.TB) Config {
 		b, _ := json.Marshal(argv)
 		return string(b)
 	}
-	cfg, err := Parse("e2e.toml", []byte(fmt.Sprintf(`
+	cfg, err := parseOwn("e2e.toml", []byte(fmt.Sprintf(`
 endpoint_dir = %q
 output_dir = %q
 lock_file = %q

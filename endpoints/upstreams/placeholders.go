@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/fsutil"
+	"slurm-llm/endpoints/nginx"
 )
 
 // WritePlaceholders writes, into the config's output directory, the
@@ -24,7 +24,7 @@ func WritePlaceholders(cfg Config, generator string) ([]string, error) {
 	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("make output_dir: %w", err)
 	}
-	ups := endpoints.Render(cfg.TierSpecs(), nil, endpoints.RenderMeta{Generator: generator, Source: cfg.EndpointDir})
+	ups := nginx.Render(cfg.TierSpecs(), nil, nginx.RenderMeta{Generator: generator, Source: cfg.EndpointDir})
 	var wrote []string
 	for _, u := range ups {
 		path := filepath.Join(cfg.OutputDir, u.File)

@@ -17,6 +17,7 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
+	"slurm-llm/endpoints/nginx"
 )
 
 // Resolver looks up a host name; *net.Resolver implements it.
@@ -77,11 +78,9 @@ type Updater struct {
 	views     []TierView
 	decisions []endpoints.Decision
 	// keeper is the keeper's config, when keeper_config names one that
-	// loaded; keeperFile is what the last look at that file saw (nil: not
-	// there); keeperLooked is set after the first look (keeperconf.go).
-	keeper       *keeper.Config
-	keeperFile   os.FileInfo
-	keeperLooked bool
+	// loaded; keeperFile follows that file (keeper.Follower).
+	keeper     *keeper.Config
+	keeperFile keeper.Follower
 	// avail is the availability record, open while Watch runs with a
 	// state_dir.
 	avail *Record
@@ -167,9 +166,15 @@ func (u *Updater) Metrics() *Metrics { return u.opts.Metrics }
 func (u *Updater) SetConfig(cfg Config) {
 	u.cfg = cfg
 	u.opts.Runner = replaceTimeout(u.opts.Runner, cfg.Nginx.Timeout)
-	u.keeper, u.keeperFile, u.keeperLooked = nil, nil, false // read again, whatever the file's stamp
+	u.keeperFile.Reset() // read again, whatever the file's stamp
 	u.refreshKeeper()
 }
+
+// refreshKeeper takes the keeper's config as it is now: every pass looks
+// at keeper_config (one stat) and reads it again when it changed, so that
+// a watcher or front door started before the file, or before a tier was
+// added to it, follows it (keeper.Follower).
+func (u *Updater) refreshKeeper() { u.keeper = u.keeperFile.Refresh(u.cfg.KeeperConfig, u.opts.Log) }
 
 // replaceTimeout keeps an ExecRunner's timeout in step with the config.
 func replaceTimeout(r Runner, d time.Duration) Runner {
@@ -267,13 +272,13 @@ func (u *Updater) front() bool { return u.opts.Routes != nil }
 // Evaluate asks the scheduler when due, then reads the endpoint dir,
 // decides what is live, resolves hosts and renders the files, without
 // writing anything or taking the lock. Status uses it alone.
-func (u *Updater) Evaluate(ctx context.Context) (Report, []endpoints.Upstream, error) {
+func (u *Updater) Evaluate(ctx context.Context) (Report, []nginx.Upstream, error) {
 	u.askIfDue(ctx)
 	return u.evaluate(ctx)
 }
 
 // evaluate is Evaluate with the scheduler's state in hand.
-func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, error) {
+func (u *Updater) evaluate(ctx context.Context) (Report, []nginx.Upstream, error) {
 	now := u.opts.Now()
 	rep := Report{Time: now}
 	res, err := u.scan()
@@ -303,7 +308,7 @@ func (u *Updater) evaluate(ctx context.Context) (Report, []endpoints.Upstream, e
 	if err := u.tiers.last.err; err != nil {
 		rep.TierQueueError = err.Error()
 	}
-	ups := endpoints.Render(specs, live, endpoints.RenderMeta{
+	ups := nginx.Render(specs, live, nginx.RenderMeta{
 		Generator: u.opts.Generator, Source: u.cfg.EndpointDir})
 	rep.Tiers = u.tierReports(ups, live)
 	rep.Live = live
@@ -563,7 +568,7 @@ func (u *Updater) allowed(addrs []string) []string {
 }
 
 // tierReports summarises the rendered files; InSync compares with disk.
-func (u *Updater) tierReports(ups []endpoints.Upstream, live map[string][]endpoints.Server) []TierReport {
+func (u *Updater) tierReports(ups []nginx.Upstream, live map[string][]endpoints.Server) []TierReport {
 	var out []TierReport
 	for _, up := range ups {
 		tr := TierReport{Tier: up.Tier, ServedBy: up.ServedBy, File: filepath.Join(u.cfg.OutputDir, up.File)}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/tomlconf"
 )
 
 var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -47,7 +49,7 @@ func inFuture(e endpoints.Endpoint, d time.Duration) endpoints.Endpoint {
 func testConfig(t testing.TB) Config {
 	t.Helper()
 	root := t.TempDir()
-	cfg, err := Parse("test.toml", []byte(`
+	cfg, err := parseOwn("test.toml", []byte(`
 endpoint_dir = "`+filepath.Join(root, "endpoints")+`"
 output_dir = "`+filepath.Join(root, "nginx")+`"
 lock_file = "`+filepath.Join(root, "lock")+`"
@@ -499,4 +501,14 @@ func TestPassCapsFilesRead(t *testing.T) {
 	if !strings.Contains(text.String(), "llm_upstreams_skipped_files_total 3") {
 		t.Errorf("the skipped files were not counted:\n%s", text.String())
 	}
+}
+
+// parseOwn reads the watcher's keys of an upstreams.toml as the file's
+// loader (endpoints/config) does, for a file with no [front].
+func parseOwn(path string, b []byte) (Config, error) {
+	cfg := DefaultConfig()
+	cfg.Path = path
+	err := tomlconf.Decode(path, b, func(d *tomlconf.Decoder) { d.Root(cfg.Fields(d)) },
+		func(d *tomlconf.Decoder) { cfg.Check(d, user.Lookup) })
+	return cfg, err
 }

@@ -9,6 +9,7 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/slurm"
 )
 
@@ -48,7 +49,7 @@ func (u *Updater) loadMemOnce() {
 
 // tierViews computes each tier's view (in specs' order) and the tier
 // memory after this pass (not yet current: see commitMem).
-func (u *Updater) tierViews(specs []endpoints.TierSpec, ds []endpoints.Decision, rejected []endpoints.Rejected,
+func (u *Updater) tierViews(specs []nginx.TierSpec, ds []endpoints.Decision, rejected []endpoints.Rejected,
 	live map[string][]endpoints.Server, now time.Time) ([]TierView, map[string]tierMem) {
 	u.loadMemOnce()
 	mem := cloneMem(u.mem)
@@ -145,7 +146,7 @@ func liveOnly(ds []endpoints.Decision) []endpoints.Decision {
 // reads per request: no reload. Unchanged bytes are not rewritten.
 func (u *Updater) writeBodies(views []TierView) {
 	for _, v := range views {
-		path := filepath.Join(u.cfg.OutputDir, endpoints.UnavailableFile(v.Tier))
+		path := filepath.Join(u.cfg.OutputDir, nginx.UnavailableFile(v.Tier))
 		if err := fsutil.WriteFile(path, UnavailableBody(v), 0o644); err != nil {
 			u.opts.Log.Warn("cannot write the 503 body", "path", path, "error", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/slurm"
 )
 
@@ -112,7 +113,7 @@ func TestPassWritesViewsAndBodies(t *testing.T) {
 
 func readBody(t *testing.T, dir, tier string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, endpoints.UnavailableFile(tier)))
+	b, err := os.ReadFile(filepath.Join(dir, nginx.UnavailableFile(tier)))
 	if err != nil {
 		t.Fatal(err)
 	}

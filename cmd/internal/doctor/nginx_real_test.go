@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
 )
 
 // TestRealNginxDump reads a real nginx -T (nginx -T only tests and
@@ -30,8 +30,8 @@ func TestRealNginxDump(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	specs := []endpoints.TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}}
-	for _, up := range endpoints.Render(specs, nil, endpoints.RenderMeta{Generator: "doctor test"}) {
+	specs := []nginx.TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}}
+	for _, up := range nginx.Render(specs, nil, nginx.RenderMeta{Generator: "doctor test"}) {
 		write(t, filepath.Join(out, up.File), string(up.Bytes))
 	}
 	site, err := os.ReadFile(filepath.Join("..", "..", "..", "etc", "nginx", SiteTiers))

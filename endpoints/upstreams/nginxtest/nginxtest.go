@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
 )
 
 // Nginx is one private nginx, killed by PID when its test ends.
@@ -66,8 +66,8 @@ func Start(t testing.TB, siteFile string, workers int) *Nginx {
 		}
 	}
 	n.writeConfigs(t, siteFile, workers)
-	specs := []endpoints.TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}}
-	for _, up := range endpoints.Render(specs, nil, endpoints.RenderMeta{Generator: "nginxtest"}) {
+	specs := []nginx.TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}}
+	for _, up := range nginx.Render(specs, nil, nginx.RenderMeta{Generator: "nginxtest"}) {
 		if err := os.WriteFile(filepath.Join(n.Out, up.File), up.Bytes, 0o644); err != nil {
 			t.Fatal(err)
 		}

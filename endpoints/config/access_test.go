@@ -1,4 +1,4 @@
-package upstreams
+package config
 
 import (
 	"net/netip"
@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front"
 )
 
 func TestParseFrontAccess(t *testing.T) {
@@ -80,17 +83,17 @@ func TestFrontAccessDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := FrontAuth{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"},
+	want := access.AuthConfig{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"},
 		TrustedPrefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")},
 		KeysFile:        "/s/keys.json", KeyTTL: 2160 * time.Hour, KeyRate: 1, KeyBurst: 5, SlurmAccounts: true, AccountsTTL: 10 * time.Minute}
 	prefixes := cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })
-	if d := cmp.Diff(want, cfg.Front.Auth, prefixes); d != "" {
+	if d := cmp.Diff(want, cfg.Front.Access.Auth, prefixes); d != "" {
 		t.Errorf("auth (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff(FrontUsage{Database: "/s/usage.db", Retention: 400 * 24 * time.Hour, Batch: 256, Flush: time.Second, Queue: 4096}, cfg.Front.Usage); d != "" {
+	if d := cmp.Diff(access.UsageConfig{Database: "/s/usage.db", Retention: 400 * 24 * time.Hour, Batch: 256, Flush: time.Second, Queue: 4096}, cfg.Front.Access.Usage); d != "" {
 		t.Errorf("usage (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff(FrontFairShare{Enabled: true, Weights: "equal", SshareTTL: 5 * time.Minute, HalfLife: 10 * time.Minute}, cfg.Front.FairShare); d != "" {
+	if d := cmp.Diff(access.FairShareConfig{Enabled: true, Weights: "equal", SshareTTL: 5 * time.Minute, HalfLife: 10 * time.Minute}, cfg.Front.Access.FairShare); d != "" {
 		t.Errorf("fair share (-want +got):\n%s", d)
 	}
 	// no state_dir: no keys file, no database
@@ -98,11 +101,11 @@ func TestFrontAccessDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Front.Auth.KeysFile != "" || cfg.Front.Usage.Database != "" {
-		t.Errorf("without state_dir: keys %q database %q, want none", cfg.Front.Auth.KeysFile, cfg.Front.Usage.Database)
+	if cfg.Front.Access.Auth.KeysFile != "" || cfg.Front.Access.Usage.Database != "" {
+		t.Errorf("without state_dir: keys %q database %q, want none", cfg.Front.Access.Auth.KeysFile, cfg.Front.Access.Usage.Database)
 	}
-	if d := DefaultFrontConfig(); d.Auth.Mode != "identify" || d.Usage.Batch != 256 || d.Limits.Tiers == nil {
-		t.Errorf("DefaultFrontConfig lacks the access defaults: %+v", d.Auth)
+	if d := front.DefaultConfig(); d.Access.Auth.Mode != "identify" || d.Access.Usage.Batch != 256 || d.Access.Limits.Tiers == nil {
+		t.Errorf("front.DefaultConfig lacks the access defaults: %+v", d.Access.Auth)
 	}
 }
 
@@ -114,9 +117,9 @@ func TestTierLimitsTakeTheDefaultsLeftOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := FrontLimits{Default: FrontLimit{InFlight: 8, TokensPerMinute: 1000},
-		Tiers: map[string]FrontLimit{"reasoning": {InFlight: 2, TokensPerMinute: 1000}}}
-	if d := cmp.Diff(want, cfg.Front.Limits); d != "" {
+	want := access.LimitsConfig{Default: access.Limit{InFlight: 8, TokensPerMinute: 1000},
+		Tiers: map[string]access.Limit{"reasoning": {InFlight: 2, TokensPerMinute: 1000}}}
+	if d := cmp.Diff(want, cfg.Front.Access.Limits); d != "" {
 		t.Errorf("limits (-want +got):\n%s", d)
 	}
 }
@@ -130,8 +133,8 @@ func TestShippedAccessKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Front.Auth.Mode != "identify" || !cfg.Front.FairShare.Enabled || cfg.Front.Limits.Tiers["reasoning"].InFlight != 8 {
-		t.Errorf("shipped: auth %+v fair share %+v limits %+v", cfg.Front.Auth, cfg.Front.FairShare, cfg.Front.Limits)
+	if cfg.Front.Access.Auth.Mode != "identify" || !cfg.Front.Access.FairShare.Enabled || cfg.Front.Access.Limits.Tiers["reasoning"].InFlight != 8 {
+		t.Errorf("shipped: auth %+v fair share %+v limits %+v", cfg.Front.Access.Auth, cfg.Front.Access.FairShare, cfg.Front.Access.Limits)
 	}
 }
 

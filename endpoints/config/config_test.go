@@ -1,4 +1,4 @@
-package upstreams
+package config
 
 import (
 	"os"
@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/nginx"
+	"slurm-llm/endpoints/upstreams"
 )
 
 // anyEnd opts out of the owner and network checks, for cases about other keys.
@@ -134,7 +136,7 @@ func TestShippedConfig(t *testing.T) {
 		t.Errorf("shipped config is not deny-by-default: uids (-want +got):\n%s networks %v any owner %v any network %v",
 			d, cfg.AllowedPrefixes, cfg.AllowAnyOwner, cfg.AllowAnyNetwork)
 	}
-	want := []endpoints.TierSpec{{Name: "fast", RetryAfter: 30}, {Name: "reasoning", Backup: "fast", RetryAfter: 30}}
+	want := []nginx.TierSpec{{Name: "fast", RetryAfter: 30}, {Name: "reasoning", Backup: "fast", RetryAfter: 30}}
 	if d := cmp.Diff(want, cfg.TierSpecs()); d != "" {
 		t.Errorf("tiers (-want +got):\n%s", d)
 	}
@@ -152,8 +154,8 @@ func TestConfigDefaults(t *testing.T) {
 		cfg.StateDir, cfg.Outage, cfg.Record, cfg.Stale}
 	want := []any{"/etc/nginx/slurm-llm", []string{"nginx", "-t", "-q"}, []string{"nginx", "-s", "reload"},
 		time.Second, 100 * time.Millisecond, true, "",
-		OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
-		RecordConfig{MaxSize: 8 << 20}, StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute}}
+		upstreams.OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
+		upstreams.RecordConfig{MaxSize: 8 << 20}, upstreams.StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}

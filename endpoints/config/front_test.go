@@ -1,4 +1,4 @@
-package upstreams
+package config
 
 import (
 	"strings"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/endpoints/front"
 )
 
 func TestParseFrontConfig(t *testing.T) {
@@ -79,7 +81,7 @@ prefix = "/reasoning"
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]FrontTier{"fast": DefaultFrontTier,
+	want := map[string]front.TierConfig{"fast": front.DefaultTier,
 		"reasoning": {Hold: 2 * time.Minute, MaxHeld: 256, MaxHeldBytes: 64 << 20, Models: []string{"OR1"}, Continue: true}}
 	if d := cmp.Diff(want, cfg.Front.Tiers); d != "" {
 		t.Errorf("front tiers (-want +got):\n%s", d)

@@ -1,4 +1,4 @@
-package upstreams
+package front
 
 import (
 	"maps"
@@ -12,15 +12,19 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/tomlconf"
+	"slurm-llm/endpoints/upstreams"
 )
 
-// FrontConfig is the front door's settings, the [front] table of
-// upstreams.toml (etc/README.md documents every key). The front door
-// (`llm-upstreams front`, package endpoints/front) reads the same endpoint
-// files with the same checks as watch, and routes by model in memory. Its
-// zero value is not usable: Load fills the defaults.
-type FrontConfig struct {
+// Config is the front door's settings, the [front] table of
+// upstreams.toml (etc/README.md documents every key): the front door reads
+// its own table (Field, Check); the file's loader (endpoints/config) hands
+// it the table, the tier names and the top-level state_dir. The front door
+// (`llm-upstreams front`) reads the same endpoint files with the same
+// checks as watch, and routes by model in memory. Its zero value is not
+// usable: DefaultConfig gives the defaults.
+type Config struct {
 	// Listen is where clients reach the front door ("127.0.0.1:8090");
 	// "" means the front door is not configured and refuses to start.
 	Listen string
@@ -66,8 +70,8 @@ type FrontConfig struct {
 	// /completion); "" answers them 400.
 	DefaultModel string
 	// Tiers are the per-tier settings, one for every tier in [tiers]
-	// (those not written get DefaultFrontTier).
-	Tiers map[string]FrontTier
+	// (those not written get DefaultTier).
+	Tiers map[string]TierConfig
 	// MaxContinuations bounds how many times one streamed answer is
 	// continued on another head.
 	MaxContinuations int
@@ -97,17 +101,14 @@ type FrontConfig struct {
 	// CORS headers, and the browser refuses the call.
 	CORSOrigins []string
 
-	// Auth, Usage, FairShare and Limits are [front.auth], [front.usage],
-	// [front.fair_share] and [front.limits] (frontaccess.go): who sends
-	// a request, what it used, who goes next on a busy tier.
-	Auth      FrontAuth
-	Usage     FrontUsage
-	FairShare FrontFairShare
-	Limits    FrontLimits
+	// Access is [front.auth], [front.usage], [front.fair_share] and
+	// [front.limits]: who sends a request, what it used, who goes next on
+	// a busy tier. Package access reads them (access.Config).
+	Access access.Config
 }
 
-// FrontTier is one tier's front-door settings ([front.tiers.NAME]).
-type FrontTier struct {
+// TierConfig is one tier's front-door settings ([front.tiers.NAME]).
+type TierConfig struct {
 	// Hold is how long a request waits for the tier to come back (a
 	// client may ask for another, at most HoldMax).
 	Hold time.Duration
@@ -136,11 +137,11 @@ type FrontTier struct {
 	Prefix string
 }
 
-// DefaultFrontTier is a tier's front-door settings when [front.tiers.NAME]
+// DefaultTier is a tier's front-door settings when [front.tiers.NAME]
 // leaves them out.
-var DefaultFrontTier = FrontTier{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20, Continue: true}
+var DefaultTier = TierConfig{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20, Continue: true}
 
-var defaultFront = FrontConfig{
+var defaultConfig = Config{
 	MaxHeaderBytes:    64 << 10,
 	MaxBodyBytes:      32 << 20,
 	ReadHeaderTimeout: 10 * time.Second,
@@ -159,19 +160,35 @@ var defaultFront = FrontConfig{
 	MaxProcs:             1,
 }
 
-// DefaultFrontConfig is [front] with every key left out (listening
-// nowhere), for tests and tools that build a config without a file.
-func DefaultFrontConfig() FrontConfig {
-	f := defaultFront
-	f.Tiers = map[string]FrontTier{}
-	setAccessDefaults(&f)
+// DefaultConfig is [front] with every key left out (listening
+// nowhere), as the loader starts from, and for tests and tools that build
+// a config without a file.
+func DefaultConfig() Config {
+	f := defaultConfig
+	f.Tiers = map[string]TierConfig{}
+	f.Access = access.DefaultConfig()
 	return f
 }
 
-// decodeFront declares the [front] table's keys.
-func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
-	f := &c.Front
-	setAccessDefaults(f)
+// Tier is the front-door settings of tier name: its [front.tiers.NAME],
+// or DefaultTier when the config has none for it.
+func (c *Config) Tier(name string) TierConfig {
+	if t, ok := c.Tiers[name]; ok {
+		return t
+	}
+	return DefaultTier
+}
+
+// Hold is what the continuation rule weighs of tier name's settings
+// (upstreams.CheckContinuation).
+func (c *Config) Hold(name string) upstreams.FrontHold {
+	t := c.Tier(name)
+	return upstreams.FrontHold{Hold: t.Hold, Continue: t.Continue}
+}
+
+// Field declares the [front] table's keys, access's tables among them.
+func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
+	f := c
 	fields := map[string]tomlconf.Field{
 		"listen":                   d.String(&f.Listen),
 		"metrics_listen":           d.String(&f.MetricsListen),
@@ -197,7 +214,7 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 		"state_dir":                d.String(&f.StateDir),
 		"tiers": d.Each(func(name string) tomlconf.Field {
 			return func(key toml.Key, v any) {
-				ft := DefaultFrontTier
+				ft := DefaultTier
 				d.Table(key, v, map[string]tomlconf.Field{
 					"hold":           d.Duration(&ft.Hold),
 					"max_held":       d.Int(&ft.MaxHeld),
@@ -211,14 +228,16 @@ func (c *Config) decodeFront(d *tomlconf.Decoder) tomlconf.Field {
 			}
 		}),
 	}
-	maps.Copy(fields, c.decodeAccess(d))
+	maps.Copy(fields, c.Access.Fields(d))
 	return d.TableField(fields)
 }
 
-// checkFront validates [front] once [tiers] is known, and gives every
+// Check validates [front] once decoded, given the tiers of [tiers] and the
+// top-level state_dir (for the paths that default to it), and gives every
 // configured tier its settings.
-func (c *Config) checkFront(d *tomlconf.Decoder) {
-	f := &c.Front
+func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
+	f := c
+	isTier := func(name string) bool { return slices.Contains(tiers, name) }
 	for _, l := range []struct{ key, addr string }{{"listen", f.Listen}, {"metrics_listen", f.MetricsListen},
 		{"hint_listen", f.HintListen}} {
 		if l.addr == "" {
@@ -272,7 +291,7 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 	for _, name := range slices.Sorted(maps.Keys(f.Tiers)) {
 		key := toml.Key{"front", "tiers", name}
 		ft := f.Tiers[name]
-		if _, ok := c.Tiers[name]; !ok {
+		if !isTier(name) {
 			d.Invalid(key, "not a tier of [tiers]")
 			continue
 		}
@@ -299,12 +318,16 @@ func (c *Config) checkFront(d *tomlconf.Decoder) {
 			prefixes[ft.Prefix] = name
 		}
 	}
-	for name := range c.Tiers {
+	for _, name := range tiers {
 		if _, ok := f.Tiers[name]; !ok {
-			f.Tiers[name] = DefaultFrontTier
+			f.Tiers[name] = DefaultTier
 		}
 	}
-	c.checkAccess(d)
+	dir := f.StateDir
+	if dir == "" {
+		dir = stateDir
+	}
+	c.Access.Check(d, dir, isTier)
 }
 
 // badPrefix says why a tier's path prefix cannot be used; "" when it can:

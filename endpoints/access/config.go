@@ -1,4 +1,4 @@
-package upstreams
+package access
 
 import (
 	"fmt"
@@ -13,9 +13,21 @@ import (
 	"slurm-llm/endpoints/tomlconf"
 )
 
-// FrontAuth is [front.auth]: who sends a request (issue 28). The front
-// door's package endpoints/access does the work.
-type FrontAuth struct {
+// Config is access's part of upstreams.toml: [front.auth], [front.usage],
+// [front.fair_share] and [front.limits] (etc/README.md documents every
+// key). Access reads it itself (Fields, Check); the file's loader
+// (endpoints/config) hands it the tables, the tier names and the state
+// directory. DefaultConfig gives the defaults; the zero value is not
+// usable.
+type Config struct {
+	Auth      AuthConfig
+	Usage     UsageConfig
+	FairShare FairShareConfig
+	Limits    LimitsConfig
+}
+
+// AuthConfig is [front.auth]: who sends a request (issue 28).
+type AuthConfig struct {
 	// Mode is "off" (nobody is identified), "identify" (a key or a
 	// trusted Tailscale identity names the user, others pass as
 	// anonymous) or "required" (401 without one).
@@ -49,8 +61,8 @@ type FrontAuth struct {
 	AccountsTTL   time.Duration
 }
 
-// FrontUsage is [front.usage]: every request's use, kept in SQLite.
-type FrontUsage struct {
+// UsageConfig is [front.usage]: every request's use, kept in SQLite.
+type UsageConfig struct {
 	// Database is the usage database; default <state_dir>/usage.db, ""
 	// (no state_dir) records nothing (the metrics still count).
 	Database string
@@ -65,9 +77,9 @@ type FrontUsage struct {
 	UserLabel bool
 }
 
-// FrontFairShare is [front.fair_share]: who goes next when a tier's
+// FairShareConfig is [front.fair_share]: who goes next when a tier's
 // heads are full.
-type FrontFairShare struct {
+type FairShareConfig struct {
 	// Enabled: waiting requests go out by fair share across users;
 	// false: in arrival order.
 	Enabled bool
@@ -79,50 +91,49 @@ type FrontFairShare struct {
 	HalfLife time.Duration
 }
 
-// FrontLimit is one user's limits on a tier; 0 is no limit.
-type FrontLimit struct {
+// Limit is one user's limits on a tier; 0 is no limit.
+type Limit struct {
 	InFlight          int
 	RequestsPerMinute int
 	TokensPerMinute   int
 }
 
-// FrontLimits is [front.limits]: per-user limits, the same for every
+// LimitsConfig is [front.limits]: per-user limits, the same for every
 // tier (Default) unless [front.limits.tiers.NAME] says otherwise.
-type FrontLimits struct {
-	Default FrontLimit
-	Tiers   map[string]FrontLimit
+type LimitsConfig struct {
+	Default Limit
+	Tiers   map[string]Limit
 }
 
 // The access keys' defaults (see etc/README.md).
 var (
-	defaultFrontAuth = FrontAuth{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"},
+	defaultAuth = AuthConfig{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"},
 		KeyTTL: 90 * 24 * time.Hour, KeyRate: 1, KeyBurst: 5, SlurmAccounts: true, AccountsTTL: 10 * time.Minute}
-	defaultFrontUsage     = FrontUsage{Retention: 400 * 24 * time.Hour, Batch: 256, Flush: time.Second, Queue: 4096}
-	defaultFrontFairShare = FrontFairShare{Enabled: true, Weights: "equal", SshareTTL: 5 * time.Minute, HalfLife: 10 * time.Minute}
+	defaultUsage     = UsageConfig{Retention: 400 * 24 * time.Hour, Batch: 256, Flush: time.Second, Queue: 4096}
+	defaultFairShare = FairShareConfig{Enabled: true, Weights: "equal", SshareTTL: 5 * time.Minute, HalfLife: 10 * time.Minute}
 )
 
-// setAccessDefaults gives f the access keys' defaults.
-func setAccessDefaults(f *FrontConfig) {
-	f.Auth = defaultFrontAuth
-	f.Auth.TrustedProxies = slices.Clone(defaultFrontAuth.TrustedProxies)
-	f.Usage = defaultFrontUsage
-	f.FairShare = defaultFrontFairShare
-	f.Limits = FrontLimits{Tiers: map[string]FrontLimit{}}
+// DefaultConfig is access's tables with every key left out.
+func DefaultConfig() Config {
+	c := Config{Auth: defaultAuth, Usage: defaultUsage, FairShare: defaultFairShare,
+		Limits: LimitsConfig{Tiers: map[string]Limit{}}}
+	c.Auth.TrustedProxies = slices.Clone(defaultAuth.TrustedProxies)
+	return c
 }
 
-// decodeAccess declares [front.auth], [front.usage], [front.fair_share]
-// and [front.limits].
-func (c *Config) decodeAccess(d *tomlconf.Decoder) map[string]tomlconf.Field {
-	f := &c.Front
-	a, u, fs, l := &f.Auth, &f.Usage, &f.FairShare, &f.Limits
-	limit := func(dst *FrontLimit) map[string]tomlconf.Field {
+// Fields declares [front.auth], [front.usage], [front.fair_share] and
+// [front.limits]: the keys of the [front] table that are access's, for the
+// front door's table (front.Config.Field) to take in.
+func (c *Config) Fields(d *tomlconf.Decoder) map[string]tomlconf.Field {
+	a, u, fs, l := &c.Auth, &c.Usage, &c.FairShare, &c.Limits
+	limit := func(dst *Limit) map[string]tomlconf.Field {
 		return map[string]tomlconf.Field{"in_flight": d.Int(&dst.InFlight),
 			"requests_per_minute": d.Int(&dst.RequestsPerMinute), "tokens_per_minute": d.Int(&dst.TokensPerMinute)}
 	}
 	limits := limit(&l.Default)
 	limits["tiers"] = d.Each(func(name string) tomlconf.Field {
 		return func(key toml.Key, v any) {
-			var lim FrontLimit // keys left out take the default limits' (checkAccess)
+			var lim Limit // keys left out take the default limits' (checkAccess)
 			d.Table(key, v, limit(&lim), nil)
 			l.Tiers[name] = lim
 		}
@@ -147,17 +158,14 @@ func (c *Config) decodeAccess(d *tomlconf.Decoder) map[string]tomlconf.Field {
 	}
 }
 
-// checkAccess validates the access keys once [tiers] and state_dir are
-// known, and fills the paths that default to the front door's state
-// directory ([front] state_dir, else the top-level state_dir).
-func (c *Config) checkAccess(d *tomlconf.Decoder) {
-	f := &c.Front
+// Check validates the access keys once decoded, and fills the paths that
+// default to the front door's state directory dir ([front] state_dir,
+// else the top-level state_dir; "" for none). isTier says whether a name
+// is a tier of [tiers].
+func (c *Config) Check(d *tomlconf.Decoder, dir string, isTier func(string) bool) {
+	f := c
 	key := func(k ...string) toml.Key { return append(toml.Key{"front"}, k...) }
 	a := &f.Auth
-	dir := f.StateDir
-	if dir == "" {
-		dir = c.StateDir
-	}
 	if !d.IsDefined("front", "auth", "keys_file") && dir != "" {
 		a.KeysFile = filepath.Join(dir, "keys.json")
 	}
@@ -211,13 +219,13 @@ func (c *Config) checkAccess(d *tomlconf.Decoder) {
 	if a.AccountsTTL <= 0 {
 		d.Invalid(key("auth", "accounts_ttl"), "want a positive duration")
 	}
-	c.checkUsageShare(d, key)
+	c.checkUsageShare(d, key, isTier)
 }
 
 // checkUsageShare validates [front.usage], [front.fair_share] and
 // [front.limits].
-func (c *Config) checkUsageShare(d *tomlconf.Decoder, key func(...string) toml.Key) {
-	f := &c.Front
+func (c *Config) checkUsageShare(d *tomlconf.Decoder, key func(...string) toml.Key, isTier func(string) bool) {
+	f := c
 	u := f.Usage
 	if u.Retention < 0 {
 		d.Invalid(key("usage", "retention"), `want a duration, "0s" to keep every record`)
@@ -241,7 +249,7 @@ func (c *Config) checkUsageShare(d *tomlconf.Decoder, key func(...string) toml.K
 	if fs.HalfLife <= 0 {
 		d.Invalid(key("fair_share", "half_life"), "want a positive duration")
 	}
-	checkLimit := func(k toml.Key, l FrontLimit) {
+	checkLimit := func(k toml.Key, l Limit) {
 		for name, v := range map[string]int{"in_flight": l.InFlight, "requests_per_minute": l.RequestsPerMinute,
 			"tokens_per_minute": l.TokensPerMinute} {
 			if v < 0 {
@@ -252,7 +260,7 @@ func (c *Config) checkUsageShare(d *tomlconf.Decoder, key func(...string) toml.K
 	checkLimit(key("limits"), f.Limits.Default)
 	for _, name := range slices.Sorted(maps.Keys(f.Limits.Tiers)) {
 		k := key("limits", "tiers", name)
-		if _, ok := c.Tiers[name]; !ok {
+		if !isTier(name) {
 			d.Invalid(k, "not a tier of [tiers]")
 			continue
 		}
