@@ -187,7 +187,16 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 
 // markFailing skips h for fail_timeout: it failed a request.
 func (s *Server) markFailing(h *head) {
-	h.failedUntil.Store(s.now().Add(s.cfg.Load().FailTimeout).UnixNano())
+	d := s.cfg.Load().FailTimeout
+	h.failedUntil.Store(s.now().Add(d).UnixNano())
+	// A request held meanwhile because h was skipped may go once h is
+	// usable again: nothing else need come by then (a slot of another head
+	// freed, a pass), and it waited for the whole of another head's answer.
+	time.AfterFunc(d+time.Millisecond, func() {
+		if q, ok := s.queues.Load(h.tier); ok && q.(*queue).waiting.Load() > 0 {
+			s.dispatch(q.(*queue))
+		}
+	})
 }
 
 // bufferPool lends the proxy its copy buffers (32 KiB each) instead of

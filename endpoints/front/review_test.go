@@ -454,3 +454,25 @@ func TestBlankLinesDoNotStallABufferedEvent(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldRequestGoesWhenAFailingHeadRecovers: a request held because the
+// only head of its model was marked failing (fail_timeout) goes to that
+// head once the timeout ends, without waiting for anything else to happen
+// on the tier (it waited for another head's whole answer, or its hold:
+// TestCutHeadIsFreedForTheContinuation failed 15 runs in 1,200 under load).
+func TestHeldRequestGoesWhenAFailingHeadRecovers(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.FailTimeout = 200 * time.Millisecond })
+	a := newTestHead(t, "fast", "1", "qwen-a")
+	r.route(nil, a)
+	r.s.markFailing(r.s.tab.Load().heads["fast"][0])
+	done := make(chan int, 1)
+	go func() { code, _, _ := r.do("qwen-a", "r"); done <- code }()
+	select {
+	case code := <-done:
+		if code != 200 || len(a.requests()) != 1 {
+			t.Errorf("answered %d, head saw %v; want 200 from a", code, a.requests())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the request is still held 20 s after its head's fail_timeout (200 ms) ended (held %d)", r.held("fast"))
+	}
+}
