@@ -159,6 +159,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/infill", s.handleCompletion) // /completion's events (FACTS.md Q10)
 	mux.HandleFunc("/metrics", s.handleMetrics)
 	mux.HandleFunc("/slots", s.handleSlots)
+	mux.HandleFunc("/props", s.handleProps)
+	mux.HandleFunc("/", s.handleWebUI)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Expect") == "100-continue" {
 			// cpp-httplib answers 100 Continue as soon as it has read the
@@ -167,6 +169,12 @@ func (s *server) routes() http.Handler {
 			w.WriteHeader(http.StatusContinue)
 		}
 		if !s.ready.Load() && r.URL.Path != "/health" && r.URL.Path != "/v1/health" {
+			if r.URL.Path == "/" || strings.HasSuffix(r.URL.Path, ".html") { // a browser: real's loading page
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, loadingPage)
+				return
+			}
 			writeError(w, http.StatusServiceUnavailable, "Loading model", "unavailable_error")
 			return
 		}

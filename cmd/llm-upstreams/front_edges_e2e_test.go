@@ -287,3 +287,47 @@ func TestE2EFrontClientThatLeavesIsCancelled(t *testing.T) {
 		t.Errorf("llm_front_requests_total{outcome=\"cancelled\"} = %v, want 2", n)
 	}
 }
+
+// TestE2EFrontWebUIInABrowser (issue 37): a browser at the front door's
+// root URL gets the chat page a head serves (the fake's stand-in for
+// llama-server's web UI), lists every tier's model (the merged /v1/models),
+// and a message sent through it to the reasoning tier's model is answered;
+// under /reasoning/ the page is the reasoning tier's. Headless Chromium
+// driven by playwright-core: the test types and clicks, and reads the
+// page's DOM; the screenshots are kept as artifacts (logged).
+func TestE2EFrontWebUIInABrowser(t *testing.T) {
+	browser := fronttest.NeedBrowser(t)
+	w := newDoorWorld(t, doorOpts{})
+	w.ready(w.head("fast", "31", "qwen-a"))
+	w.ready(w.head("reasoning", "32", "OR1-Behemoth"))
+	w.front()
+	w.models("qwen-a", "OR1-Behemoth")
+	artifacts := filepath.Join(os.TempDir(), "slurm-llm-artifacts")
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, model, props, shot string }{
+		{"/", "OR1-Behemoth", "qwen-a", "webui-root.png"},
+		{"/reasoning/", "OR1-Behemoth", "OR1-Behemoth", "webui-reasoning.png"},
+	} {
+		shot := filepath.Join(artifacts, tc.shot)
+		got, err := browser.Chat(w.url+tc.path, tc.model, shot)
+		t.Logf("%s: %+v (screenshot %s)", tc.path, got, shot)
+		if err != nil {
+			t.Errorf("the page at %s: %v", tc.path, err)
+			continue
+		}
+		if tc.path == "/" && (!slices.Contains(got.Models, "qwen-a") || !slices.Contains(got.Models, "OR1-Behemoth")) {
+			t.Errorf("the page at / lists %v; want every tier's model", got.Models)
+		}
+		if !strings.Contains(got.Props, tc.props) {
+			t.Errorf("the page at %s was served by %q; want the head of %s", tc.path, got.Props, tc.props)
+		}
+		if got.Status != "1" || strings.TrimSpace(got.Answer) == "" {
+			t.Errorf("the answer in the page at %s: status %q, %q; want a whole answer", tc.path, got.Status, got.Answer)
+		}
+		if st, err := os.Stat(shot); err != nil || st.Size() == 0 {
+			t.Errorf("no screenshot at %s: %v", shot, err)
+		}
+	}
+}

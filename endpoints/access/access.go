@@ -115,7 +115,8 @@ func loadStatic(path string) ([]StaticKey, error) {
 }
 
 func identifyConfig(auth AuthConfig) IdentifyConfig {
-	return IdentifyConfig{Mode: Mode(auth.Mode), TrustedProxies: auth.TrustedPrefixes, TailscaleUsers: auth.TailscaleUsers}
+	return IdentifyConfig{Mode: Mode(auth.Mode), TrustedProxies: auth.TrustedPrefixes, TrustedProxyUsers: auth.TrustedProxyUsers,
+		TailscaleUsers: auth.TailscaleUsers}
 }
 
 func limits(l LimitsConfig) (share.Limits, map[string]share.Limits) {

@@ -37,6 +37,13 @@ type AuthConfig struct {
 	TrustedProxies []string
 	// TrustedPrefixes is TrustedProxies parsed by Load.
 	TrustedPrefixes []netip.Prefix
+	// TrustedProxyUsers are the accounts whose connections' identity
+	// headers are believed (tailscaled runs as root): the owner of the
+	// peer's socket, read from the kernel's socket table, so that another
+	// user with a shell on the controller who connects to 127.0.0.1 is not
+	// believed as any login. [] checks no owner (the address alone, as
+	// before; also where the table cannot be read: not Linux).
+	TrustedProxyUsers []string
 	// TailscaleUsers maps a Tailscale login to the cluster user it is.
 	TailscaleUsers map[string]string
 	// AdminGroup's members (and root) list and revoke anyone's keys; ""
@@ -107,7 +114,7 @@ type LimitsConfig struct {
 
 // The access keys' defaults (see etc/README.md).
 var (
-	defaultAuth = AuthConfig{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"},
+	defaultAuth = AuthConfig{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"}, TrustedProxyUsers: []string{"root"},
 		KeyTTL: 90 * 24 * time.Hour, KeyRate: 1, KeyBurst: 5, SlurmAccounts: true, AccountsTTL: 10 * time.Minute}
 	defaultUsage     = UsageConfig{Retention: 400 * 24 * time.Hour, Batch: 256, Flush: time.Second, Queue: 4096}
 	defaultFairShare = FairShareConfig{Enabled: true, Weights: "equal", SshareTTL: 5 * time.Minute, HalfLife: 10 * time.Minute}
@@ -118,6 +125,7 @@ func DefaultConfig() Config {
 	c := Config{Auth: defaultAuth, Usage: defaultUsage, FairShare: defaultFairShare,
 		Limits: LimitsConfig{Tiers: map[string]Limit{}}}
 	c.Auth.TrustedProxies = slices.Clone(defaultAuth.TrustedProxies)
+	c.Auth.TrustedProxyUsers = slices.Clone(defaultAuth.TrustedProxyUsers)
 	return c
 }
 
@@ -141,7 +149,8 @@ func (c *Config) Fields(d *tomlconf.Decoder) map[string]tomlconf.Field {
 	return map[string]tomlconf.Field{
 		"auth": d.TableField(map[string]tomlconf.Field{
 			"mode": d.String(&a.Mode), "trusted_proxies": d.Strings(&a.TrustedProxies),
-			"tailscale_users": d.StringMap(&a.TailscaleUsers), "admin_group": d.String(&a.AdminGroup),
+			"trusted_proxy_users": d.Strings(&a.TrustedProxyUsers),
+			"tailscale_users":     d.StringMap(&a.TailscaleUsers), "admin_group": d.String(&a.AdminGroup),
 			"keys_file": d.String(&a.KeysFile), "static_keys_file": d.String(&a.StaticKeysFile),
 			"key_ttl": d.Duration(&a.KeyTTL), "key_rate": d.Number(&a.KeyRate), "key_burst": d.Int(&a.KeyBurst),
 			"slurm_accounts": d.Bool(&a.SlurmAccounts), "accounts_ttl": d.Duration(&a.AccountsTTL),

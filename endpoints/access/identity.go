@@ -2,8 +2,11 @@ package access
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 )
@@ -80,6 +83,9 @@ type IdentifyConfig struct {
 	// TrustedProxies are the peers whose Tailscale identity headers are
 	// believed (tailscale serve on this host: 127.0.0.1, ::1).
 	TrustedProxies []netip.Prefix
+	// TrustedProxyUsers are the accounts that may own the peer's socket
+	// (tailscaled's: root); empty checks no owner.
+	TrustedProxyUsers []string
 	// TailscaleUsers maps a Tailscale login to the cluster user it is
 	// (their keys' user and Slurm account); a login not listed is its own
 	// user, with no account.
@@ -98,6 +104,10 @@ type Identifier struct {
 	store   *Store
 	static  atomic.Pointer[[]StaticKey]
 	account AccountOf
+	// owner gives the uid owning the peer's socket (socketOwner) and
+	// users its name (OSUsers): who the proxy is.
+	owner func(local, remote netip.AddrPort) (uint32, error)
+	users Users
 }
 
 // NewIdentifier returns an Identifier over the issued keys in store (nil:
@@ -107,7 +117,7 @@ func NewIdentifier(cfg IdentifyConfig, store *Store, static []StaticKey, account
 	if store == nil {
 		store, _ = OpenStore("", nil)
 	}
-	i := &Identifier{store: store, account: account}
+	i := &Identifier{store: store, account: account, owner: socketOwner, users: OSUsers{}}
 	i.SetConfig(cfg)
 	i.SetStaticKeys(static)
 	return i
@@ -147,7 +157,7 @@ func (i *Identifier) Identify(r *http.Request) (Identity, error) {
 	if id, ok, err := i.fromKey(r); ok {
 		return id, err
 	}
-	if login != "" && trusted(cfg.TrustedProxies, r.RemoteAddr) {
+	if login != "" && trusted(cfg.TrustedProxies, r.RemoteAddr) && i.proxyUser(cfg.TrustedProxyUsers, r) {
 		id := Identity{User: login, Source: SourceTailscale}
 		if u, ok := cfg.TailscaleUsers[login]; ok {
 			id.User = u
@@ -161,6 +171,35 @@ func (i *Identifier) Identify(r *http.Request) (Identity, error) {
 		return Identity{}, &Unauthorized{Msg: "an API key is required here: make one on a cluster node with `llm-upstreams key create` and send it as Authorization: Bearer KEY"}
 	}
 	return Identity{}, nil
+}
+
+// proxyUser reports whether r's connection comes from a socket of one of
+// users (any when users is empty): tailscaled's, not another local
+// user's who connected to the loopback with headers of their own.
+func (i *Identifier) proxyUser(users []string, r *http.Request) bool {
+	if len(users) == 0 {
+		return true
+	}
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	local, err1 := netip.ParseAddrPort(la.String())
+	remote, err2 := netip.ParseAddrPort(r.RemoteAddr)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	uid, err := i.owner(local, remote)
+	if err != nil {
+		return false
+	}
+	for _, u := range users {
+		if u == strconv.FormatUint(uint64(uid), 10) || (uid == 0 && u == "root") {
+			return true
+		}
+	}
+	name, err := i.users.Name(uid)
+	return err == nil && slices.Contains(users, name)
 }
 
 // fromKey looks the request's bearer key up; ok is false when it carries

@@ -83,7 +83,7 @@ func TestFrontAccessDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := access.AuthConfig{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"},
+	want := access.AuthConfig{Mode: "identify", TrustedProxies: []string{"127.0.0.1", "::1"}, TrustedProxyUsers: []string{"root"},
 		TrustedPrefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")},
 		KeysFile:        "/s/keys.json", KeyTTL: 2160 * time.Hour, KeyRate: 1, KeyBurst: 5, SlurmAccounts: true, AccountsTTL: 10 * time.Minute}
 	prefixes := cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })

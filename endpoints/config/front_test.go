@@ -49,6 +49,8 @@ prefix = "/reasoning"
 		{name: "a prefix twice", toml: base + "[front.tiers.fast]\nprefix = \"/llm\"\n[front.tiers.reasoning]\nprefix = \"/llm\"\n", wantErr: "front.tiers.reasoning.prefix: \"/llm\": tier fast has it too"},
 		{name: "a prefix with a dot segment", toml: base + "[front.tiers.reasoning]\nprefix = \"/a/../b\"\n", wantErr: "no empty, . or .. segment"},
 		{name: "an origin with a path", toml: base + "[front]\ncors_origins = [\"https://x.org/app\"]\n", wantErr: "c.toml:7: front.cors_origins: \"https://x.org/app\": want an origin"},
+		{name: "a UI tier that is not a tier", toml: base + "[front]\nui_tier = \"chat\"\n", wantErr: "c.toml:7: front.ui_tier: \"chat\": not a tier"},
+		{name: "the UI tier", toml: base + "[front]\nui_tier = \"reasoning\"\n"},
 		{name: "bodies' bound below one body", toml: base + "[front]\nmax_body_bytes = \"32MiB\"\nmax_body_bytes_in_flight = \"1MiB\"\n", wantErr: "front.max_body_bytes_in_flight: want at least max_body_bytes"},
 		{name: "unknown key at its line", toml: base + "[front]\nlisten = \"127.0.0.1:8090\"\nhodl = \"1s\"\n", wantErr: "c.toml:8: front.hodl: unknown key"},
 		{name: "a tier not in [tiers]", toml: base + "[front.tiers.slow]\nhold = \"1s\"\n", wantErr: "c.toml:6: front.tiers.slow: not a tier of [tiers]"},

@@ -100,6 +100,10 @@ type Config struct {
 	// Empty (default): no origin is allowed; a preflight gets 204 without
 	// CORS headers, and the browser refuses the call.
 	CORSOrigins []string
+	// UITier is the tier whose heads serve llama-server's web UI at the
+	// root URL (GET /, its files, /props, /slots); "" is the first tier by
+	// name. Under a tier's prefix ("/reasoning/") that tier's heads serve it.
+	UITier string
 
 	// Access is [front.auth], [front.usage], [front.fair_share] and
 	// [front.limits]: who sends a request, what it used, who goes next on
@@ -211,6 +215,7 @@ func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
 		"max_body_bytes_in_flight": d.Bytes(&f.MaxBodyBytesInFlight),
 		"cors_origins":             d.Strings(&f.CORSOrigins),
 		"max_procs":                d.Int(&f.MaxProcs),
+		"ui_tier":                  d.String(&f.UITier),
 		"state_dir":                d.String(&f.StateDir),
 		"tiers": d.Each(func(name string) tomlconf.Field {
 			return func(key toml.Key, v any) {
@@ -281,6 +286,9 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 		if !validOrigin(o) {
 			d.Invalid(toml.Key{"front", "cors_origins"}, "%q: want an origin (scheme://host[:port], no path) or \"*\"", o)
 		}
+	}
+	if f.UITier != "" && !isTier(f.UITier) {
+		d.Invalid(toml.Key{"front", "ui_tier"}, "%q: not a tier of [tiers]", f.UITier)
 	}
 	for alias, model := range f.Aliases {
 		if alias == "" || model == "" || !endpoints.PrintableName(alias) || !endpoints.PrintableName(model) {

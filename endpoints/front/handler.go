@@ -147,6 +147,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/health":
 		s.answer(w, c, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 		return
+	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && isUIPath(path):
+		s.serveUI(w, r, c, pinned)
+		return
+	case pinned == "" && s.isPrefix(path):
+		// A tier's prefix without its slash ("/reasoning"): its UI is at "/reasoning/".
+		http.Redirect(w, r, path+"/", http.StatusMovedPermanently)
+		c.status, c.outcome = http.StatusMovedPermanently, OutcomeAnswered
+		return
 	case s.keysPath(path):
 		sw := &statusWriter{ResponseWriter: w}
 		s.opts.Access.Keys.ServeHTTP(sw, r)
@@ -201,6 +209,16 @@ func (s *Server) prefixed(path string) (tier, rest string) {
 		}
 	}
 	return tier, rest
+}
+
+// isPrefix reports whether path is a tier's prefix itself.
+func (s *Server) isPrefix(path string) bool {
+	for _, ft := range s.cfg.Load().Tiers {
+		if ft.Prefix != "" && ft.Prefix == path {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare reads and checks the request: its body (bounded in size and

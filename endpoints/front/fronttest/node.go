@@ -6,7 +6,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,40 +73,9 @@ func NeedNode(t testing.TB) *Node {
 	return n
 }
 
-// installOpenAI installs the SDK into <user cache>/slurm-llm/openai-node-
-// VERSION once (into a temporary directory renamed into place, so that a
-// run cut short leaves nothing half made) and returns that directory.
-func installOpenAI(npm string) (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	root := filepath.Join(cache, "slurm-llm")
-	dir := filepath.Join(root, "openai-node-"+OpenAINode)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err == nil {
-		return dir, nil
-	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", fmt.Errorf("install the OpenAI Node SDK: %w", err)
-	}
-	tmp, err := os.MkdirTemp(root, "openai-node-*")
-	if err != nil {
-		return "", fmt.Errorf("install the OpenAI Node SDK: %w", err)
-	}
-	defer os.RemoveAll(tmp) // after the rename: nothing left
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix", tmp, "openai@"+OpenAINode)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("npm install openai@%s: %w\n%s", OpenAINode, err, out)
-	}
-	if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, os.ErrExist) {
-		if _, serr := os.Stat(filepath.Join(dir, "node_modules", "openai")); serr != nil {
-			return "", fmt.Errorf("install the OpenAI Node SDK: %w", err)
-		}
-	}
-	return dir, nil
-}
+// installOpenAI installs the SDK into the user's cache once (installNpm)
+// and returns that directory.
+func installOpenAI(npm string) (string, error) { return installNpm(npm, "openai", OpenAINode) }
 
 // StreamChat streams one chat completion for model from base (the front
 // door's root URL) through the SDK and reads it to its end, as
