@@ -22,7 +22,8 @@ deps=(
 	ip:iproute2                # network namespaces of the netns cluster
 	nft:nftables               # link faults of the netns cluster
 	node:nodejs                # the OpenAI Node SDK as a real client
-	npm:npm                    #   (npm installs the SDK at test time)
+	npm:npm                    #   (npm installs the SDK and playwright-core at test time)
+	chromium:chromium          # a real browser for the chat page through the front door
 	rpm:rpm                    # reading the built .rpm back (rpm -qp)
 	dpkg-deb:dpkg              # reading the built .deb back
 	make:make
