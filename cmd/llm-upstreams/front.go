@@ -138,8 +138,14 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(fd.StatusJSON())
 		})
+		routes := []upstreams.Route{{Path: "/status", Handler: status}}
+		if users.OperatorKeys != nil {
+			// The key endpoint on the operator listener too: root revokes a
+			// leaked key here whatever happens on the client port.
+			routes = append(routes, upstreams.Route{Path: access.KeysPath, Handler: users.OperatorKeys})
+		}
 		go func() {
-			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, upstreams.Route{Path: "/status", Handler: status})
+			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, routes...)
 		}()
 	}
 	err = <-errs

@@ -48,8 +48,11 @@ type Access struct {
 	// Identifier says who sent a request.
 	Identifier *Identifier
 	// Keys is the key endpoint; nil when no keys file is configured (no
-	// state_dir): mount nothing then.
-	Keys *KeyHandler
+	// state_dir): mount nothing then. OperatorKeys is the same endpoint
+	// for the operator listener (metrics_listen, loopback): its own
+	// limits, so that root can revoke a leaked key while the client port
+	// is flooded; one store and one replay guard with Keys.
+	Keys, OperatorKeys *KeyHandler
 	// Usage records requests; nil when no database is configured.
 	Usage *usage.Recorder
 	// Metrics counts tokens and requests by account and tier.
@@ -89,8 +92,12 @@ func New(cfg Config, o Options) (*Access, error) {
 	}
 	a.Identifier = NewIdentifier(identifyConfig(auth), store, static, a.accounts.Cached)
 	if auth.KeysFile != "" {
-		a.Keys = NewKeyHandler(KeyHandlerOptions{Store: store, Accounts: a.accounts, AdminGroup: auth.AdminGroup,
-			KeyTTL: auth.KeyTTL, Rate: auth.KeyRate, Burst: auth.KeyBurst, Now: o.Now, Log: o.Log.Named("keys")})
+		ko := KeyHandlerOptions{Store: store, Accounts: a.accounts, AdminGroup: auth.AdminGroup,
+			KeyTTL: auth.KeyTTL, Rate: auth.KeyRate, Burst: auth.KeyBurst, Now: o.Now, Log: o.Log.Named("keys"),
+			Replays: &ReplayGuard{}}
+		a.Keys = NewKeyHandler(ko)
+		ko.Log = o.Log.Named("operator-keys")
+		a.OperatorKeys = NewKeyHandler(ko)
 	}
 	def, tiers := limits(cfg.Limits)
 	a.Limiter = share.NewLimiter(def, tiers, o.Now)

@@ -116,6 +116,18 @@ type KeyHandlerOptions struct {
 	Now          func() time.Time
 	Rand         io.Reader // crypto/rand
 	Log          hclog.Logger
+	// Replays is the replay guard; handlers over one store must share one
+	// (a credential taken on one must be refused on the other). nil: the
+	// handler's own.
+	Replays *ReplayGuard
+}
+
+// ReplayGuard remembers the credentials taken, until they expire: munged
+// refuses a credential decoded twice too, but forgets when it restarts.
+// Safe for concurrent use; its zero value is ready.
+type ReplayGuard struct {
+	mu   sync.Mutex
+	seen map[[32]byte]time.Time
 }
 
 // KeyHandler serves KeysPath. Safe for concurrent use.
@@ -124,7 +136,6 @@ type KeyHandler struct {
 	unmunge *rate.Limiter // unmunge runs, all requests together
 	counts  *prometheus.CounterVec
 	mu      sync.Mutex
-	seen    map[[32]byte]time.Time // credentials taken, until they expire
 	users   map[uint32]*userBucket // each uid's requests
 }
 
@@ -165,7 +176,10 @@ func NewKeyHandler(o KeyHandlerOptions) *KeyHandler {
 		o.Log = hclog.NewNullLogger()
 	}
 	h := &KeyHandler{o: o, unmunge: rate.NewLimiter(rate.Limit(o.UnmungeRate), o.UnmungeBurst),
-		seen: map[[32]byte]time.Time{}, users: map[uint32]*userBucket{}}
+		users: map[uint32]*userBucket{}}
+	if h.o.Replays == nil {
+		h.o.Replays = &ReplayGuard{}
+	}
 	h.counts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_key_requests_total",
 		Help: "Requests to the key endpoint by operation (create, list, revoke, other) and result (ok, refused, limited, unavailable)."},
 		[]string{"op", "result"})
@@ -345,18 +359,25 @@ func (h *KeyHandler) remember(cred []byte, mc munge.Credential, now time.Time) e
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(raw)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for k, until := range h.seen {
-		if now.After(until) {
-			delete(h.seen, k)
+	return h.o.Replays.take(sha256.Sum256(raw), mc.Encoded.Add(mc.TTL).Add(time.Minute), now) // a minute for clocks apart
+}
+
+// take records a credential's sum until it expires, or refuses one seen.
+func (g *ReplayGuard) take(sum [32]byte, until, now time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.seen == nil {
+		g.seen = map[[32]byte]time.Time{}
+	}
+	for k, u := range g.seen {
+		if now.After(u) {
+			delete(g.seen, k)
 		}
 	}
-	if _, dup := h.seen[sum]; dup {
+	if _, dup := g.seen[sum]; dup {
 		return fmt.Errorf("%w (seen by the front door)", munge.ErrReplayed)
 	}
-	h.seen[sum] = mc.Encoded.Add(mc.TTL).Add(time.Minute) // a minute for clocks apart
+	g.seen[sum] = until
 	return nil
 }
 

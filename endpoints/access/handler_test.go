@@ -481,3 +481,37 @@ func TestCredentialForALoopbackURLOnlyFromLoopback(t *testing.T) {
 		})
 	}
 }
+
+// TestOperatorKeysShareTheStoreAndTheReplayGuard: the key endpoint on the
+// operator listener (root revokes a leaked key there while the client port
+// is flooded) has limits of its own but the same keys and replay guard: a
+// credential taken on one is refused on the other.
+func TestOperatorKeysShareTheStoreAndTheReplayGuard(t *testing.T) {
+	k := newKeyRig(t, KeyHandlerOptions{Rate: 1, Burst: 1, Replays: &ReplayGuard{}})
+	o := k.h.o
+	op := NewKeyHandler(o) // the operator's: same store, verifier and guard, its own limiters
+	c := k.cred(1001, KeyRequest{Op: "create"})
+	if status, body := k.send(http.MethodPost, c); status != 201 {
+		t.Fatalf("create on the client port: %d %v", status, body)
+	}
+	// alice's bucket on the client port is spent
+	if status, _ := k.send(http.MethodGet, k.cred(1001, KeyRequest{Op: "list"})); status != 429 {
+		t.Fatalf("alice again at once on the client port: %d, want 429", status)
+	}
+	send := func(h *KeyHandler, method, cred string) int {
+		r := httptest.NewRequest(method, KeysPath, nil)
+		r.Header.Set("Authorization", "MUNGE "+cred)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if code := send(op, http.MethodPost, c); code != 401 {
+		t.Errorf("the client port's credential again on the operator's: %d, want 401 (replayed)", code)
+	}
+	if code := send(op, http.MethodDelete, k.cred(0, KeyRequest{Op: "revoke", User: "alice"})); code != 200 {
+		t.Errorf("root revokes alice's keys on the operator's endpoint: %d, want 200", code)
+	}
+	if n := len(k.store.List("alice")); n != 0 {
+		t.Errorf("alice has %d keys after root's revoke, want 0", n)
+	}
+}
