@@ -105,11 +105,11 @@ func expandItem(item string, limit int) ([]string, error) {
 		names = crossJoin(names, prefix, suffixes)
 		rest = rest[end+1:]
 	}
-	if rest != "" && strings.ContainsRune(item, '[') {
-		return nil, fmt.Errorf("%w: text %q after the last ']' in %q", ErrBadHostlist, rest, item)
-	}
 	if rest != "" {
-		names = []string{rest}
+		// Text after the last group goes after every name, as Slurm 24.11
+		// expands it ("gpu[01-02]-ib": gpu01-ib gpu02-ib; 22.05 refused it,
+		// and Slurm never gave such a list to a job there).
+		names = crossJoin(names, rest, []string{""})
 	}
 	if len(names) > limit {
 		return nil, fmt.Errorf("%w: more than %d hosts", ErrBadHostlist, MaxHosts)

@@ -25,10 +25,31 @@ func TestExpandHostlistMatchesScontrol(t *testing.T) {
 		"a[1-3]b", "a[3-1]", "a[]", "a[x]", "a[1,,2]", "a[1-2]c[5,7]d", "a[[1]]", "a[1-2]]",
 		"a[1-65537]", "a[1--3]", "a[1-2-3]", "a[0x1-0x3]", "a[1-3 ]", "node[1-3]:",
 	}
+	// Where the versions differ (scripts/FACTS-cluster.md): ours expands
+	// text after a group as 24.11 does (22.05 refuses it), and refuses the
+	// malformed brackets 24.11 prints back half-read (22.05 refuses them).
+	newer := map[string][]string{"a[1-3]b": {"a1b", "a2b", "a3b"}, "a[1-2]c[5,7]d": {"a1c5d", "a1c7d", "a2c5d", "a2c7d"},
+		"node[1-3]:": {"node1:", "node2:", "node3:"}}
+	malformed := map[string]bool{"a[[1]]": true, "a[1-2]]": true}
 	for _, in := range inputs {
 		t.Run(in, func(t *testing.T) {
 			want, wantErr := scontrolHostnames(t, in)
 			got, err := ExpandHostlist(in)
+			if exp, ok := newer[in]; ok {
+				if d := cmp.Diff(exp, got); err != nil || d != "" {
+					t.Fatalf("ExpandHostlist(%q) = %v, %v; want 24.11's expansion %v", in, got, err, exp)
+				}
+				if !wantErr && !cmp.Equal(want, got) {
+					t.Errorf("scontrol expands %q to %v, 24.11 to %v", in, want, exp)
+				}
+				return
+			}
+			if malformed[in] {
+				if err == nil {
+					t.Errorf("ExpandHostlist(%q) = %v, want an error", in, got)
+				}
+				return
+			}
 			if (err != nil) != wantErr {
 				t.Fatalf("ExpandHostlist(%q) error = %v, scontrol failed: %v", in, err, wantErr)
 			}

@@ -16,6 +16,10 @@ func TestExpandHostlist(t *testing.T) {
 		want []string
 	}{
 		{name: "range", in: "node[1-3]", want: []string{"node1", "node2", "node3"}},
+		// Text after a group: Slurm 24.11's scontrol show hostnames (22.05 refuses).
+		{name: "text after group", in: "a[1-3]b", want: []string{"a1b", "a2b", "a3b"}},
+		{name: "text after second group", in: "a[1-2]c[5,7]d", want: []string{"a1c5d", "a1c7d", "a2c5d", "a2c7d"}},
+		{name: "an IPoIB name", in: "gpu[01-02]-ib", want: []string{"gpu01-ib", "gpu02-ib"}},
 		{name: "zero padding", in: "vasp-[01-03]", want: []string{"vasp-01", "vasp-02", "vasp-03"}},
 		{name: "padding across a decade", in: "a[09-11]", want: []string{"a09", "a10", "a11"}},
 		{name: "no padding across a decade", in: "a[8-10]", want: []string{"a8", "a9", "a10"}},
@@ -79,8 +83,6 @@ func TestExpandHostlistErrors(t *testing.T) {
 		{name: "hex", in: "a[0x1-0x3]"},
 		{name: "space in range", in: "a[1-3 ]"},
 		{name: "plus sign", in: "a[+1-3]"},
-		{name: "text after group", in: "a[1-3]b"},
-		{name: "text after second group", in: "a[1-2]c[5,7]d"},
 		{name: "range over the cap", in: fmt.Sprintf("a[1-%d]", MaxHosts+1)},
 		{name: "product over the cap", in: "a[1-300]b[1-300]"},
 		{name: "list over the cap", in: fmt.Sprintf("a[1-%d],b", MaxHosts)},
