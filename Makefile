@@ -2,7 +2,7 @@
 #
 #   make build          static binaries into ./bin (CGO_ENABLED=0; version stamped from git)
 #   make test           fast tests: no root, no Slurm, no nginx
-#   make e2e            real local Slurm cluster + real nginx (root; starts the cluster)
+#   make e2e            real local Slurm cluster (slurmdbd too) + real nginx (root; starts the cluster)
 #   make e2e-real       the real llama.cpp lane (LLAMA_BIN, TINY_MODEL or LLAMA_MODEL; skipped without)
 #   make check          what CI runs: test packages (installs them as root), gofmt, vet, test,
 #                       shipped configs, e2e

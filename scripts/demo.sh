@@ -7,7 +7,8 @@
 # front door (llm-upstreams front, one URL for both tiers on 127.0.0.1:8090), submits
 # both tiers with the fake llama.cpp, waits until nginx answers a chat completion on both
 # ports and the front door answers both models on its one URL; two users made for the demo
-# (useradd, removed at the end) make keys with munge, one floods the reasoning tier while the
+# (useradd, and given a Slurm account each with sacctmgr; removed at the end) make keys with
+# munge (the front door asks slurmdbd for their accounts), one floods the reasoning tier while the
 # other's request goes next (fair share), and `llm-upstreams usage` shows both; then provokes two
 # preemptions with high-priority "VASP" jobs: a one-node job on the fast tier's node while
 # other nodes have room (the keeper releases the requeued job and the tier is back on
@@ -88,10 +89,10 @@ wait_for() {
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts Slurm and nginx)"
 
 # ---------------------------------------------------------------- packages, build, install
-say "checking packages (slurm-wlm munge nginx curl)"
+say "checking packages (slurm-wlm slurmdbd mariadb-server munge nginx curl)"
 missing=()
-for p in slurmctld:slurm-wlm munged:munge nginx:nginx curl:curl ip:iproute2 nft:nftables; do
-	command -v "${p%%:*}" >/dev/null || missing+=("${p#*:}")
+for p in slurmctld:slurm-wlm slurmdbd:slurmdbd mariadbd:mariadb-server munged:munge nginx:nginx curl:curl ip:iproute2 nft:nftables; do
+	command -v "${p%%:*}" >/dev/null || [ -x "/usr/sbin/${p%%:*}" ] || missing+=("${p#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
 	info "installing ${missing[*]}"
@@ -154,7 +155,10 @@ cleanup() {
 	[ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null && wait "$watch_pid" 2>/dev/null
 	[ -n "$front_pid" ] && kill "$front_pid" 2>/dev/null && wait "$front_pid" 2>/dev/null
 	[ -n "${prom_pid:-}" ] && kill "$prom_pid" 2>/dev/null && wait "$prom_pid" 2>/dev/null
-	for u in "${demo_users[@]}"; do userdel "$u" 2>/dev/null; done
+	for u in "${demo_users[@]}"; do
+		sacctmgr -i delete user name="$u" >/dev/null 2>&1
+		userdel "$u" 2>/dev/null
+	done
 	[ -f "$DEMO_DIR/nginx.pid" ] && nginx -c "$DEMO_DIR/nginx.conf" -s quit 2>/dev/null
 	if [ $cluster_was_up = 0 ]; then scripts/slurm-cluster.sh down >/dev/null; fi
 	info "done; logs are in $STATE/logs and $DEMO_DIR"
@@ -211,7 +215,7 @@ fast-tiny = "/var/lib/slurm-llm/models/fast-tiny.gguf"
 models = ["OR1-Behemoth"]
 prefix = "/reasoning"   # the seed's URL of the tier, as shipped
 [front.auth]
-slurm_accounts = false   # the test cluster has no slurmdbd: keys name their user, no Slurm account
+slurm_accounts = true    # a key counts under its user's Slurm account (sacctmgr; the cluster's slurmdbd)
 EOF
 }
 upstreams_conf '["true"]' >"$DEMO_DIR/upstreams-first.toml"
@@ -331,15 +335,21 @@ sed 's/^/           /' "$DEMO_DIR/doctor.out"
 
 # ---------------------------------------------------------------- who uses it
 say "who uses it: keys made with munge, a fair share of a busy tier, usage per user"
-declare -A key
+declare -A key account
+# The cluster's two Slurm accounts (slurmdbd; scripts/slurm-cluster.sh made them): one each.
+IFS=, read -r account[sllm-demo-alice] account[sllm-demo-bob] < <(sed -n 's/^accounts=//p' /run/slurm-llm-cluster/cluster.env)
 for u in sllm-demo-alice sllm-demo-bob; do
-	userdel "$u" 2>/dev/null || true # a leftover of a killed demo
+	sacctmgr -i delete user name="$u" >/dev/null 2>&1 || true # leftovers of a killed demo
+	userdel "$u" 2>/dev/null || true
 	useradd --system --no-create-home --shell /usr/sbin/nologin "$u" || die "useradd $u"
 	demo_users+=("$u")
+	sacctmgr -i add user "$u" account="${account[$u]}" >"$DEMO_DIR/sacctmgr.out" 2>&1 ||
+		die "sacctmgr add user $u account=${account[$u]}: $(cat "$DEMO_DIR/sacctmgr.out")"
 	out=$(runuser -u "$u" -- "$(command -v llm-upstreams)" key create --url http://127.0.0.1:8090 --note demo 2>"$DEMO_DIR/key.err") ||
 		die "llm-upstreams key create as $u: $(cat "$DEMO_DIR/key.err")"
 	key[$u]=$(head -n1 <<<"$out")
-	info "$u (a user made for the demo) runs llm-upstreams key create: munge proves its uid to the front door;" \
+	info "$u (a user made for the demo; sacctmgr add user $u account=${account[$u]}) runs llm-upstreams key create:" \
+		"munge proves its uid to the front door, which asks sacctmgr for the user's account;" \
 		"it answers a key, ${key[$u]:0:14}… (shown once), $(grep '^id ' <<<"$out")"
 done
 ask() { # ask USER: one OR1-Behemoth chat completion with USER's key; prints the seconds it took, or stops the demo

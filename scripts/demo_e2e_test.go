@@ -63,6 +63,7 @@ func TestDemoE2E(t *testing.T) {
 		"demo finished",           // and the demo ran to its end
 
 		"runs llm-upstreams key create: munge proves its uid", // a key made with munge, as a user made for the demo
+		", user sllm-demo-bob, account physics, expires",      // counted under the account slurmdbd has for him
 		"sllm-demo-bob sends one meanwhile: answered in",      // a flood by one user, another's request beside it
 		" sllm-demo-bob ", // and both users in llm-upstreams usage
 	}

@@ -3,11 +3,14 @@
 #
 #   scripts/slurm-cluster.sh up [--force] [--netns | --loopback]   (no mode: the mode of the
 #                                     cluster that is up, else loopback)
-#                              write /etc/slurm/slurm.conf, start munged, slurmctld and
-#                              slurmd -N node1..node3, wait until sinfo shows the 3 nodes usable
-#   scripts/slurm-cluster.sh down     stop the daemons this script started (by PID) and remove
-#                                     everything `up --netns` created; safe to run at any time,
-#                                     also after a half-failed `up`
+#                              write /etc/slurm/slurm.conf and slurmdbd.conf, start munged,
+#                              MariaDB, slurmdbd (accounts and test users made with sacctmgr),
+#                              slurmctld and slurmd -N node1..node3, wait until sinfo shows the
+#                              3 nodes usable
+#   scripts/slurm-cluster.sh down     stop the daemons this script started (by PID), remove the
+#                                     accounting database and the test users, and everything
+#                                     `up --netns` created; safe to run at any time, also after
+#                                     a half-failed `up`
 #   scripts/slurm-cluster.sh status   mode, which daemons run, namespaces and cut links, sinfo
 #   scripts/slurm-cluster.sh resume   return DOWN/DRAIN nodes to service
 #
@@ -43,8 +46,18 @@
 # <node>_addr (slurm.conf NodeAddr), <node>_port; in netns mode also <node>_ns, <node>_eth,
 # <node>_ib, <node>_ib_name, <node>_eth_if, <node>_ib_if, eth_net, ib_net.
 #
-# Runs as root on Debian 12 with `apt-get install -y slurm-wlm munge` done (netns mode also
-# needs iproute2 and nftables); needs no systemd (daemons are started directly). Every step is
+# Accounting (both modes): real slurmdbd over a MariaDB server of the script's own (its datadir
+# under /var/lib/slurm-llm-cluster, its socket and PID file under /run, TCP on 127.0.0.1 only,
+# port 13306, so that a MariaDB of the machine's on 3306 is never touched); slurm.conf says
+# accounting_storage/slurmdbd and priority/multifactor with fair share (Fair Tree, the
+# factors recomputed every minute). `up` makes, with sacctmgr, the cluster, two accounts and
+# two test users (system users made with useradd when missing, removed by `down`): the state
+# file says accounting=slurmdbd, accounts=A,B (A first), acct_user_both (an association in both
+# accounts, default A) and acct_user_one (in B only).
+#
+# Runs as root on Debian 12 with `apt-get install -y slurm-wlm slurmdbd mariadb-server munge`
+# done (netns mode also needs iproute2 and nftables); needs no systemd (daemons are started
+# directly). Every step is
 # idempotent: `up` twice is fine. `up` refuses to overwrite a slurm.conf it did not write, unless
 # --force, and refuses to switch modes while a cluster of the other mode is up (run `down`).
 # The config is the project's own copy (see config below); nothing here reads other folders.
@@ -58,6 +71,28 @@ readonly CTLD_PID=/run/slurmctld.pid
 readonly CTLD_LOG=/var/log/slurm/slurmctld.log
 readonly STATE_DIR=/run/slurm-llm-cluster # PIDs of the daemons `up` started, and the mode
 readonly STATE_FILE=$STATE_DIR/cluster.env
+readonly USERS_MADE=$STATE_DIR/users-made # test users `up` made with useradd, for `down`
+
+# Accounting: slurmdbd and its MariaDB, all started by this script (by PID, as the others).
+readonly DBD_CONF=/etc/slurm/slurmdbd.conf
+readonly DBD_PID=/run/slurmdbd.pid
+readonly DBD_LOG=/var/log/slurm/slurmdbd.log
+readonly DB_DIR=/var/lib/slurm-llm-cluster/mariadb # the datadir; `down` removes it
+readonly DB_RUN=/run/slurm-llm-cluster-mariadb     # socket and PID file, owned by mysql
+readonly DB_SOCK=$DB_RUN/mariadb.sock
+readonly DB_PID=$DB_RUN/mariadbd.pid
+readonly DB_LOG=/var/log/slurm/mariadb.log
+readonly DB_PORT=13306
+readonly DB_NAME=slurm_acct_db
+readonly DB_USER=slurm
+# A test database: no binary log, no doublewrite, the redo log flushed once a second, small
+# buffers (mariadb-install-db and the first start take ~2.5 s instead of ~4.5 s; slurmdbd warns
+# that these are not the values it recommends, which is true for a site, not for this).
+readonly DB_OPTS=(--no-defaults --user=mysql "--datadir=$DB_DIR" --skip-log-bin --innodb-log-file-size=8M
+	--innodb-buffer-pool-size=64M --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --skip-name-resolve)
+readonly ACCOUNTS=(chem physics)  # A, B
+readonly ACCT_USER_BOTH=sllm-alice # associations in chem and physics, default chem
+readonly ACCT_USER_ONE=sllm-bob    # in physics only
 readonly NODES=(node1 node2 node3)
 readonly WAIT_SECONDS=${SLURM_CLUSTER_WAIT:-30}
 
@@ -112,6 +147,29 @@ node_ib_port() { printf 'ib-%s' "$1"; }
 ctld_spool() { [[ $MODE == netns ]] && echo /var/spool/slurmctld-netns || echo /var/spool/slurmctld; }
 slurmd_spool() { [[ $MODE == netns ]] && echo /var/spool/slurmd-netns || echo /var/spool/slurmd; }
 
+# accounting_conf: slurm.conf's accounting and priority lines (both modes). slurmctld reaches
+# slurmdbd at the controller's address (the nodes could too). Fair share is the only priority
+# factor (Fair Tree, 22.05's default): jobs of one user keep their submit order (equal
+# priorities go by job id), as with priority/basic before. PriorityCalcPeriod=1 (minutes, the
+# least Slurm takes): the factors sshare prints follow new usage within a minute.
+# No AccountingStorageEnforce: jobs of users without an association still run, as before.
+accounting_conf() {
+	local addr=127.0.0.1
+	[[ $MODE == netns ]] && addr=$CTL_ADDR
+	cat <<EOF
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$addr
+AccountingStoragePort=6819
+PriorityType=priority/multifactor
+PriorityCalcPeriod=1
+PriorityWeightFairshare=10000
+PriorityWeightAge=0
+PriorityWeightJobSize=0
+PriorityWeightPartition=0
+PriorityWeightQOS=0
+EOF
+}
+
 config() {
 	local host
 	host=$(hostname)
@@ -138,7 +196,7 @@ SlurmdLogFile=/var/log/slurm/slurmd-%n.log
 SlurmctldLogFile=$CTLD_LOG
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 KillWait=30
@@ -178,7 +236,7 @@ SlurmctldLogFile=$CTLD_LOG
 ReturnToService=2
 SlurmdTimeout=10
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 KillWait=30
@@ -262,6 +320,13 @@ write_state() {
 	{
 		echo "# written by scripts/slurm-cluster.sh up; removed by down"
 		echo "mode=$MODE"
+		echo "accounting=slurmdbd"
+		echo "accounts=$(
+			IFS=,
+			echo "${ACCOUNTS[*]}"
+		)"
+		echo "acct_user_both=$ACCT_USER_BOTH"
+		echo "acct_user_one=$ACCT_USER_ONE"
 		echo "nodes=$(
 			IFS=,
 			echo "${NODES[*]}"
@@ -621,10 +686,184 @@ need_netns() {
 	node_index "$1" >/dev/null
 }
 
+# ---- accounting: MariaDB, slurmdbd, accounts and users ----
+
+# dbd_config PASS: slurmdbd.conf. SlurmUser=root, as slurm.conf's; slurmdbd listens on every
+# address at 6819 (DbdHost=localhost names where it runs) and stores in our MariaDB over TCP.
+dbd_config() {
+	cat <<EOF2
+$CONF_MARK
+# Remove this file or run "slurm-cluster.sh up --force" to replace it.
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=6819
+SlurmUser=root
+PidFile=$DBD_PID
+LogFile=$DBD_LOG
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=$DB_USER
+StoragePass=$1
+StorageLoc=$DB_NAME
+EOF2
+}
+
+# dbd_pass: the database password slurmdbd.conf holds (ours), else a new one.
+dbd_pass() {
+	local p=''
+	if [[ -r $DBD_CONF ]] && head -n 1 "$DBD_CONF" | grep -qxF "$CONF_MARK"; then
+		p=$(sed -n 's/^StoragePass=//p' "$DBD_CONF")
+	fi
+	[[ -n $p ]] || p=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+	printf '%s' "$p"
+}
+
+# write_dbd_config FORCE PASS: slurmdbd.conf, mode 0600 and owned by SlurmUser (slurmdbd refuses
+# a file others can read: it holds the database password). As write_config: a file we did not
+# write is kept unless --force.
+write_dbd_config() {
+	local force=$1 want
+	want=$(dbd_config "$2")
+	if [[ -e $DBD_CONF ]] && ! head -n 1 "$DBD_CONF" | grep -qxF "$CONF_MARK"; then
+		[[ $force == yes ]] || die "$DBD_CONF exists and was not written by this script; move it away or use --force"
+		log "replacing $DBD_CONF (--force), old copy kept as $DBD_CONF.orig"
+		cp -p "$DBD_CONF" "$DBD_CONF.orig"
+	fi
+	if [[ -e $DBD_CONF ]] && [[ $(cat "$DBD_CONF") == "$want" ]]; then
+		chown root:root "$DBD_CONF"
+		chmod 0600 "$DBD_CONF"
+		return
+	fi
+	mkdir -p /etc/slurm
+	(umask 077 && printf '%s\n' "$want" >"$DBD_CONF.tmp")
+	chown root:root "$DBD_CONF.tmp"
+	mv "$DBD_CONF.tmp" "$DBD_CONF"
+	log "wrote $DBD_CONF"
+	if alive "$DBD_PID" 'slurmdbd'; then
+		log "warning: slurmdbd was already running with an older config; run 'down' then 'up' to apply it"
+	fi
+}
+
+# db_sql: run the SQL on stdin as MariaDB's root (unix-socket authentication: we are root).
+db_sql() {
+	mariadb --no-defaults --protocol=socket "--socket=$DB_SOCK" -u root --batch
+}
+
+# start_mariadb: initialise the datadir if it has none (mariadb-install-db), start mariadbd
+# (it does not fork: started in the background, in its own session, with no descriptor of
+# ours), wait until it answers on its socket.
+start_mariadb() {
+	local deadline
+	if alive "$DB_PID" 'mariadbd'; then
+		log "mariadbd already running (pid $(cat "$DB_PID"))"
+		return
+	fi
+	mkdir -p "$DB_RUN" /var/log/slurm
+	touch "$DB_LOG"
+	chown mysql:mysql "$DB_RUN" "$DB_LOG"
+	if [[ ! -d $DB_DIR/mysql ]]; then
+		log "initialising the accounting database in $DB_DIR"
+		rm -rf "$DB_DIR"
+		mkdir -p "$DB_DIR"
+		chown mysql:mysql "$DB_DIR"
+		chmod 0700 "$DB_DIR"
+		mariadb-install-db "${DB_OPTS[@]}" --auth-root-authentication-method=socket --skip-test-db \
+			>>"$DB_LOG" 2>&1 || { show_log "$DB_LOG"; die "mariadb-install-db failed"; }
+	fi
+	log "starting mariadbd (127.0.0.1:$DB_PORT)"
+	no_inherited_fds setsid /usr/sbin/mariadbd "${DB_OPTS[@]}" "--socket=$DB_SOCK" "--pid-file=$DB_PID" \
+		--bind-address=127.0.0.1 "--port=$DB_PORT" "--log-error=$DB_LOG" </dev/null >>"$DB_LOG" 2>&1 &
+	wait_alive mariadbd "$DB_PID" 'mariadbd' "$DB_LOG"
+	remember mariadbd "$DB_PID"
+	deadline=$((SECONDS + WAIT_SECONDS))
+	until mariadb-admin --no-defaults "--socket=$DB_SOCK" -u root ping >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			show_log "$DB_LOG"
+			die "mariadbd does not answer on $DB_SOCK after ${WAIT_SECONDS}s"
+		fi
+		sleep 0.1
+	done
+}
+
+# db_grant PASS: the database and slurmdbd's user (password PASS, from 127.0.0.1 only).
+db_grant() {
+	db_sql <<EOF2 || { show_log "$DB_LOG"; die "cannot create the database $DB_NAME and its user $DB_USER"; }
+CREATE DATABASE IF NOT EXISTS $DB_NAME;
+CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$1';
+ALTER USER '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$1';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
+EOF2
+}
+
+start_slurmdbd() {
+	local deadline
+	if alive "$DBD_PID" 'slurmdbd'; then
+		log "slurmdbd already running (pid $(cat "$DBD_PID"))"
+		return
+	fi
+	log "starting slurmdbd"
+	no_inherited_fds /usr/sbin/slurmdbd || { show_log "$DBD_LOG"; die "slurmdbd failed to start"; }
+	wait_alive slurmdbd "$DBD_PID" 'slurmdbd' "$DBD_LOG"
+	remember slurmdbd "$DBD_PID"
+	# Up once sacctmgr gets an answer (the first start creates the tables first).
+	deadline=$((SECONDS + WAIT_SECONDS))
+	until sacctmgr -n -P show cluster format=Cluster >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			show_log "$DBD_LOG"
+			die "slurmdbd does not answer 'sacctmgr show cluster' after ${WAIT_SECONDS}s"
+		fi
+		sleep 0.2
+	done
+}
+
+# unix_user NAME: a system user without a home or a shell (for munge, keys and jobs), made
+# when missing and then remembered for `down`.
+unix_user() {
+	id -u "$1" >/dev/null 2>&1 && return 0
+	useradd --system --no-create-home --shell /usr/sbin/nologin "$1" || die "useradd $1 failed"
+	echo "$1" >>"$USERS_MADE"
+	log "made the system user $1"
+}
+
+# sacct_add WHAT...: sacctmgr -i add WHAT, failing loudly.
+sacct_add() {
+	local out
+	out=$(sacctmgr -i add "$@" 2>&1) || { printf '%s\n' "$out" >&2; die "sacctmgr add $* failed"; }
+}
+
+# ensure_accounting: the cluster, the accounts and the users in slurmdbd; only what is missing
+# is added (each sacctmgr add takes ~0.5 s). Before slurmctld starts: it then loads the
+# associations (with the users' uids: the Unix users exist first) and computes the first
+# fair-share factors with them.
+ensure_accounting() {
+	local cluster a u have name accts
+	cluster=$(sed -n 's/^ClusterName=//p' "$SLURM_CONF")
+	if ! sacctmgr -n -P show cluster format=Cluster | grep -qxF "$cluster"; then
+		sacct_add cluster "$cluster"
+		log "accounting: added the cluster $cluster"
+	fi
+	have=$(sacctmgr -n -P show account format=Account)
+	for a in "${ACCOUNTS[@]}"; do
+		grep -qxF "$a" <<<"$have" && continue
+		sacct_add account "$a" "Description=test-$a" Organization=slurm-llm
+		log "accounting: added the account $a"
+	done
+	unix_user "$ACCT_USER_BOTH"
+	unix_user "$ACCT_USER_ONE"
+	for u in "$ACCT_USER_BOTH:${ACCOUNTS[0]},${ACCOUNTS[1]}" "$ACCT_USER_ONE:${ACCOUNTS[1]}"; do
+		name=${u%%:*} accts=${u#*:}
+		have=$(sacctmgr -n -P show user "$name" withassoc format=Account | sort | paste -sd, -)
+		[[ $have == "$(tr , '\n' <<<"$accts" | sort | paste -sd, -)" ]] && continue
+		sacct_add user "$name" "Account=$accts" "DefaultAccount=${accts%%,*}"
+		log "accounting: user $name in $accts (default ${accts%%,*})"
+	done
+}
+
 # ---- commands ----
 
 cmd_up() {
-	local force=no arg cur asked=${SLURM_CLUSTER_MODE:-}
+	local force=no arg cur pass asked=${SLURM_CLUSTER_MODE:-}
 	for arg in "$@"; do
 		case $arg in
 		--force) force=yes ;;
@@ -639,9 +878,13 @@ cmd_up() {
 	MODE=${MODE:-loopback}
 	[[ $MODE == loopback || $MODE == netns ]] || die "SLURM_CLUSTER_MODE must be loopback or netns, not '$MODE'"
 	[[ $(id -u) == 0 ]] || die "must run as root"
-	for b in munged slurmctld slurmd sinfo scontrol; do
+	for b in munged slurmctld slurmd sinfo scontrol sacctmgr; do
 		command -v "$b" >/dev/null || [[ -x /usr/sbin/$b ]] ||
 			die "$b not found; install with: apt-get install -y slurm-wlm munge"
+	done
+	for b in slurmdbd mariadbd mariadb-install-db mariadb mariadb-admin; do
+		command -v "$b" >/dev/null || [[ -x /usr/sbin/$b ]] ||
+			die "$b not found; install with: apt-get install -y slurmdbd mariadb-server"
 	done
 	cur=$(state_mode)
 	if [[ -z $cur ]] && alive "$CTLD_PID" slurmctld && [[ -r $SLURM_CONF ]]; then
@@ -659,6 +902,8 @@ cmd_up() {
 	# The state file first: if `up` fails half way, `down` and `status` know what it was doing.
 	write_state
 	write_config "$force"
+	pass=$(dbd_pass)
+	write_dbd_config "$force" "$pass"
 	prepare_dirs
 	if [[ $MODE == netns ]]; then
 		net_fabric_up
@@ -667,6 +912,10 @@ cmd_up() {
 		log "netns: controller $CTL_ADDR on $ETH_BRIDGE; nodes $(for n in "${NODES[@]}"; do printf '%s=%s/%s ' "$n" "$(node_eth "$n")" "$(node_ib "$n")"; done)"
 	fi
 	start_munged
+	start_mariadb
+	db_grant "$pass"
+	start_slurmdbd
+	ensure_accounting
 	start_slurmctld
 	for n in "${NODES[@]}"; do start_slurmd "$n"; done
 	wait_nodes
@@ -701,10 +950,38 @@ cmd_down() {
 	[[ $(id -u) == 0 ]] || die "must run as root"
 	for n in "${NODES[@]}"; do stop "slurmd-$n" "$(slurmd_pattern "$n")"; done
 	stop slurmctld 'slurmctld'
+	stop slurmdbd 'slurmdbd'
+	stop mariadbd 'mariadbd'
 	stop munged 'munged'
+	accounting_down
 	net_down
 	rm -f "$STATE_FILE"
 	log "cluster is down"
+}
+
+# accounting_down: the database goes (its datadir), and with it what slurmctld keeps of it in
+# its state directories (the associations' cache, their usage, the last decay, messages still
+# for slurmdbd): the next `up` starts from an empty database, whose association ids would not
+# match them. The test users `up` made are removed.
+accounting_down() {
+	local d f u
+	if [[ -d $DB_DIR ]]; then
+		rm -rf "$DB_DIR"
+		log "removed the accounting database ($DB_DIR)"
+	fi
+	rm -rf "$DB_RUN"
+	for d in /var/spool/slurmctld /var/spool/slurmctld-netns; do
+		for f in assoc_mgr_state assoc_usage qos_usage last_decay_ran fed_mgr_state dbd.messages; do
+			rm -f "$d/$f" "$d/$f.old"
+		done
+	done
+	if [[ -r $USERS_MADE ]]; then
+		while read -r u; do
+			[[ -n $u ]] || continue
+			userdel "$u" 2>/dev/null && log "removed the system user $u" || log "warning: userdel $u failed"
+		done <"$USERS_MADE"
+		rm -f "$USERS_MADE"
+	fi
 }
 
 cmd_status() {
@@ -716,6 +993,8 @@ cmd_status() {
 		log "mode: none recorded (no $STATE_FILE: not brought up by this script)"
 	fi
 	alive "$MUNGE_PID" munged && log "munged: running" || { log "munged: stopped"; rc=1; }
+	alive "$DB_PID" mariadbd && log "mariadbd: running" || { log "mariadbd: stopped"; rc=1; }
+	alive "$DBD_PID" slurmdbd && log "slurmdbd: running" || { log "slurmdbd: stopped"; rc=1; }
 	alive "$CTLD_PID" slurmctld && log "slurmctld: running" || { log "slurmctld: stopped"; rc=1; }
 	for n in "${NODES[@]}"; do
 		alive "$(slurmd_pidfile "$n")" "$(slurmd_pattern "$n")" && log "slurmd $n: running" ||

@@ -73,6 +73,13 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 		return exitUsage
 	}
 	defer users.Close() // after the last request's record
+	if users.Weights != nil {
+		// Slurm's fair-share factors before the first request: a tier busy
+		// from the start is ordered by them, not by equal weights until a
+		// background read ends. A failure is logged; equal weights then, and
+		// sshare is asked again at the first busy moment after sshare_ttl.
+		_ = users.Weights.Refresh(context.Background())
+	}
 	ln, err := net.Listen("tcp", cfg.Front.Listen)
 	if err != nil {
 		log.Error("front door", "error", err)

@@ -28,15 +28,12 @@ type e2eServer struct {
 	ident *Identifier
 }
 
-// startE2EServer serves KeysPath with the real munge and the system's
-// users (sacctmgr is a stand-in script: the test cluster has no slurmdbd),
-// and /whoami answering the request's identity as JSON.
+// startE2EServer serves KeysPath with the real munge, the system's users
+// and the real sacctmgr (asking the test cluster's slurmdbd), and /whoami
+// answering the request's identity as JSON.
 func startE2EServer(t *testing.T, addr string, mode Mode) *e2eServer {
 	t.Helper()
 	dir := t.TempDir()
-	fakeSacctmgr := filepath.Join(dir, "sacctmgr")
-	// argv: -n -P show user NAME withassoc format=…; NAME is $5
-	os.WriteFile(fakeSacctmgr, []byte("#!/bin/sh\necho \"$5|e2e-acct|e2e-acct\"\n"), 0o755)
 	store, err := OpenStore(filepath.Join(dir, "keys.json"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +41,7 @@ func startE2EServer(t *testing.T, addr string, mode Mode) *e2eServer {
 	proxies, _ := ParseProxies([]string{"127.0.0.1", "::1"})
 	ident := NewIdentifier(IdentifyConfig{Mode: mode, TrustedProxies: proxies}, store, nil, nil)
 	mux := http.NewServeMux()
-	mux.Handle(KeysPath, NewKeyHandler(KeyHandlerOptions{Store: store, Accounts: NewAccounts(AccountsOptions{Sacctmgr: fakeSacctmgr}),
+	mux.Handle(KeysPath, NewKeyHandler(KeyHandlerOptions{Store: store, Accounts: NewAccounts(AccountsOptions{}),
 		Verifier: munge.Verifier{}, Rate: 100, Burst: 100}))
 	mux.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
 		id, err := ident.Identify(r)
@@ -62,20 +59,6 @@ func startE2EServer(t *testing.T, addr string, mode Mode) *e2eServer {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return &e2eServer{url: "http://" + ln.Addr().String(), store: store, ident: ident}
-}
-
-// testUser makes a system user with useradd, removed at the end.
-func testUser(t *testing.T, name string) {
-	t.Helper()
-	exec.Command("userdel", name).Run() // a leftover of a killed run
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v\n%s", name, err, out)
-		}
-	})
 }
 
 // buildClient builds llm-upstreams where every user can run it.
@@ -119,10 +102,11 @@ func whoami(t *testing.T, url, key string) (int, Identity) {
 	return resp.StatusCode, body.Identity
 }
 
-// TestE2EKeysFromMunge: on the namespace cluster with the real munge, a
-// user made with useradd creates a key from node1 with llm-upstreams key
-// (munge on the node, the front door's side running unmunge), the key
-// names that user; a credential replayed is refused by munged itself; the
+// TestE2EKeysFromMunge: on the namespace cluster with the real munge and
+// slurmdbd, the cluster's test users create keys from node1 with
+// llm-upstreams key (munge on the node, the front door's side running
+// unmunge and sacctmgr), each key names its user and the user's default
+// account as slurmdbd has it; a credential replayed is refused by munged itself; the
 // user cannot revoke another user's key, root can, and the revoked key is
 // then refused.
 func TestE2EKeysFromMunge(t *testing.T) {
@@ -132,9 +116,8 @@ func TestE2EKeysFromMunge(t *testing.T) {
 			t.Skipf("e2e: %s not installed", b)
 		}
 	}
-	alice, bob := "sllm-e2e-alice", "sllm-e2e-bob"
-	testUser(t, alice)
-	testUser(t, bob)
+	acct := c.NeedAccounting(t)
+	alice, bob := acct.Both, acct.One
 	bin := buildClient(t)
 	srv := startE2EServer(t, net.JoinHostPort(c.ControllerAddr, "0"), ModeRequired)
 	ns := c.Namespace(c.Nodes[0])
@@ -153,8 +136,11 @@ func TestE2EKeysFromMunge(t *testing.T) {
 	}
 	aliceKey, aliceID := create(alice)
 	bobKey, _ := create(bob)
-	if status, id := whoami(t, srv.url, aliceKey); status != 200 || id.User != alice || id.Account != "e2e-acct" || id.Source != SourceKey {
-		t.Errorf("alice's key: %d %+v", status, id)
+	if status, id := whoami(t, srv.url, aliceKey); status != 200 || id.User != alice || id.Account != acct.Accounts[0] || id.Source != SourceKey {
+		t.Errorf("alice's key: %d %+v, want user %s account %s", status, id, alice, acct.Accounts[0])
+	}
+	if status, id := whoami(t, srv.url, bobKey); status != 200 || id.User != bob || id.Account != acct.Accounts[1] || id.Source != SourceKey {
+		t.Errorf("bob's key: %d %+v, want user %s account %s", status, id, bob, acct.Accounts[1])
 	}
 	if data, _ := os.ReadFile(filepath.Join(filepath.Dir(srv.store.path), "keys.json")); bytes.Contains(data, []byte(aliceKey)) {
 		t.Error("the keys file holds a key")

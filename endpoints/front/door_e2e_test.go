@@ -194,19 +194,26 @@ func (w *doorWorld) staticKeys(users ...string) (string, map[string]string) {
 // user.
 func (w *doorWorld) usage(cfg string) (map[string]usage.Row, usage.Report) {
 	w.t.Helper()
-	out, err := exec.Command(w.bin, "usage", "--config", cfg, "--since", "1h", "--by", "user", "--json").Output()
-	if err != nil {
-		w.t.Fatalf("llm-upstreams usage: %v", err)
-	}
-	var rep usage.Report
-	if err := json.Unmarshal(out, &rep); err != nil {
-		w.t.Fatalf("llm-upstreams usage --json: %v\n%s", err, out)
-	}
+	rep := w.usageBy(cfg, "user")
 	rows := map[string]usage.Row{}
 	for _, r := range rep.Rows {
 		rows[r.User] = r
 	}
 	return rows, rep
+}
+
+// usageBy is `llm-upstreams usage --json --by by` over the last hour.
+func (w *doorWorld) usageBy(cfg, by string) usage.Report {
+	w.t.Helper()
+	out, err := exec.Command(w.bin, "usage", "--config", cfg, "--since", "1h", "--by", by, "--json").Output()
+	if err != nil {
+		w.t.Fatalf("llm-upstreams usage --by %s: %v", by, err)
+	}
+	var rep usage.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		w.t.Fatalf("llm-upstreams usage --by %s --json: %v\n%s", by, err, out)
+	}
+	return rep
 }
 
 // accessLines are the front door's access lines for chat completions

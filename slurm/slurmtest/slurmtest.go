@@ -90,6 +90,33 @@ func (c Cluster) IBAddr(node string) string { return c.kv[node+"_ib"] }
 // Namespace is node's network namespace (netns mode).
 func (c Cluster) Namespace(node string) string { return c.kv[node+"_ns"] }
 
+// Accounting is the cluster's Slurm accounting as the script made it: a
+// real slurmdbd, two accounts and two users (system users, made with
+// useradd) with associations made with sacctmgr.
+type Accounting struct {
+	// Accounts are the two accounts, A and B.
+	Accounts [2]string
+	// Both has an association in both accounts, default A; One has one in
+	// B only.
+	Both, One string
+}
+
+// NeedAccounting returns the cluster's accounting, and fails the test
+// when the cluster runs without slurmdbd (brought up by an older script:
+// bring it down and up again), so that a test of accounting never passes
+// without it.
+func (c Cluster) NeedAccounting(t testing.TB) Accounting {
+	t.Helper()
+	accts := strings.Split(c.kv["accounts"], ",")
+	a := Accounting{Both: c.kv["acct_user_both"], One: c.kv["acct_user_one"]}
+	if c.kv["accounting"] != "slurmdbd" || len(accts) != 2 || a.Both == "" || a.One == "" {
+		t.Fatalf("e2e: the cluster has no slurmdbd (%s: accounting=%q accounts=%q): run %s down, then up",
+			StateFile, c.kv["accounting"], c.kv["accounts"], Script)
+	}
+	a.Accounts = [2]string{accts[0], accts[1]}
+	return a
+}
+
 // Fault runs a fault subcommand of the cluster script (netns mode):
 // node-lose, node-return, link-cut, link-restore. root is the module root.
 func (c Cluster) Fault(t testing.TB, root string, args ...string) {
