@@ -289,6 +289,10 @@ answer() { # answer PORT[/PREFIX] [MODEL]: one chat completion; prints its conte
 	[ -n "$content" ] || die "an empty answer on :$1${2:+ for $2}: $body"
 	printf '%s' "$content"
 }
+chat_ok() { # chat_ok PORT: a chat completion on PORT is answered (200)
+	curl -sf --max-time 30 -o /dev/null "http://127.0.0.1:$1/v1/chat/completions" -H 'Content-Type: application/json' \
+		-d '{"model":"","messages":[{"role":"user","content":"Say hello."}],"max_tokens":4}'
+}
 served_by() { # served_by PORT TIER: nginx answers on PORT from TIER itself (not a backup)
 	curl -sf --max-time 5 -o /dev/null -D - "http://127.0.0.1:$1/v1/models" | grep -qi "^X-LLM-Tier: $2"
 }
@@ -567,6 +571,9 @@ else
 	t_pre=$(ms)
 	wait_for "the tier on 2 nodes" 120 serving_on 2
 	wait_for "nginx :8081 routing the elastic tier" 30 served_by 8081 reasoning
+	# The first chat right after the re-plan may meet the head still taking its new workers (an
+	# nginx 502/503: a client retries): wait until one is answered, then show it.
+	wait_for "a chat answered on :8081 by the re-planned tier" 60 chat_ok 8081
 	a=$(answer 8081)
 	info "serving on 2 of 3 nodes $(since "$t_pre") s after the VASP job was submitted (VASP: $(squeue -h -j "$vasp3" -o %T)); nginx :8081 → $a"
 	# (a status line shown, not checked: grep finding none must not end the demo under pipefail)
