@@ -24,8 +24,9 @@ readonly ROOT=${SLURM24_ROOT:-/var/cache/slurm-llm/slurm24-root}
 readonly SUITE=${SLURM24_SUITE:-trixie}
 readonly MIRROR=${SLURM24_MIRROR:-http://deb.debian.org/debian}
 readonly MARK=$ROOT/.slurm-llm-root
-# What the lane and the product call in the root. slurmdbd is small (no database server).
-readonly PACKAGES=slurm-wlm,slurmdbd,munge,util-linux,procps,iproute2,diffutils
+# What the lane and the product call in the root. slurmdbd is small (no database server). curl:
+# the tests run `runuser -u USER -- curl` on a node, and runuser is the root's.
+readonly PACKAGES=slurm-wlm,slurmdbd,munge,util-linux,procps,iproute2,diffutils,curl
 # munge and unmunge stay the host's (they only talk to the socket, which is the root's munged):
 # tests run them as other users, and chroot needs root. runuser is the root's, so that
 # `runuser -u USER -- sbatch` runs the root's sbatch as USER.
@@ -63,6 +64,11 @@ cmd_build() {
 		log "reusing $ROOT ($(sed -n 's/^slurm=//p' "$MARK"))"
 		echo "$ROOT"
 		return
+	fi
+	# Never remove a root a cluster runs from: its bind mounts (/tmp, /run, /usr/local, ...)
+	# would be emptied through it.
+	if awk -v r="$ROOT" 'index($2, r) == 1 { found = 1 } END { exit !found }' /proc/self/mounts; then
+		die "something is mounted under $ROOT (a cluster runs from it?): run scripts/slurm-cluster.sh down first"
 	fi
 	command -v mmdebstrap >/dev/null || die "mmdebstrap not found; install with: apt-get install -y mmdebstrap"
 	local tmp=$ROOT.tmp start=$SECONDS
