@@ -54,7 +54,8 @@
 # makes one with Debian 13's Slurm 24.11), slurm.conf, the munge key and the spool directories
 # are DIR's; `up` bind-mounts the host's /proc /sys /dev /run /tmp /etc/hosts /usr/local
 # /var/lib/slurm-llm /var/log/slurm (and $SLURM_ROOT_BINDS) into DIR, `down` unmounts them.
-# The state file records slurm_root=DIR, so the commands after `up` need no variable.
+# The state file records slurm_root=DIR and slurm_root_binds=, so the commands after `up` need no
+# variable.
 set -euo pipefail
 
 # SLURM_ROOT: see the block "SLURM_ROOT" below. Empty: the host's Slurm. Unset or empty while a
@@ -63,6 +64,7 @@ set -euo pipefail
 SLURM_ROOT=${SLURM_ROOT:-}
 if [[ -z $SLURM_ROOT && -r /run/slurm-llm-cluster/cluster.env ]]; then
 	SLURM_ROOT=$(sed -n 's/^slurm_root=//p' /run/slurm-llm-cluster/cluster.env | head -n 1)
+	[[ -z $SLURM_ROOT ]] || SLURM_ROOT_BINDS=$(sed -n 's/^slurm_root_binds=//p' /run/slurm-llm-cluster/cluster.env | head -n 1)
 fi
 readonly SLURM_ROOT
 readonly SLURM_CONF=$SLURM_ROOT/etc/slurm/slurm.conf
@@ -277,7 +279,7 @@ write_state() {
 	{
 		echo "# written by scripts/slurm-cluster.sh up; removed by down"
 		echo "mode=$MODE"
-		[[ -z $SLURM_ROOT ]] || echo "slurm_root=$SLURM_ROOT"
+		[[ -z $SLURM_ROOT ]] || printf 'slurm_root=%s\nslurm_root_binds=%s\n' "$SLURM_ROOT" "${SLURM_ROOT_BINDS:-}"
 		echo "nodes=$(
 			IFS=,
 			echo "${NODES[*]}"

@@ -80,11 +80,14 @@ cmd_build() {
 	align_ids "$tmp"
 	# The root's own munge key (the cluster script makes it when missing; here only the dir).
 	rm -f "$tmp/etc/munge/munge.key"
+	local sv mv
+	sv=$(chroot "$tmp" dpkg-query -W -f '${Version}' slurmctld) && [[ -n $sv ]] || die "no slurmctld in $tmp"
+	mv=$(chroot "$tmp" dpkg-query -W -f '${Version}' munge) && [[ -n $mv ]] || die "no munge in $tmp"
 	{
 		echo "# written by scripts/slurm24-root.sh build"
 		echo "suite=$SUITE"
-		echo "slurm=$(chroot "$tmp" dpkg-query -W -f '${Version}' slurmctld)"
-		echo "munge=$(chroot "$tmp" dpkg-query -W -f '${Version}' munge)"
+		echo "slurm=$sv"
+		echo "munge=$mv"
 		echo "built=$(date -u +%FT%TZ)"
 		echo "build_seconds=$((SECONDS - start))"
 	} >"$tmp/.slurm-llm-root"
