@@ -4,6 +4,7 @@
 #   make test           fast tests: no root, no Slurm, no nginx
 #   make e2e            real local Slurm cluster (slurmdbd too) + real nginx (root; starts the cluster)
 #   make e2e-real       the real llama.cpp lane (LLAMA_BIN, TINY_MODEL or LLAMA_MODEL; skipped without)
+#   make e2e-slurm24    the e2e suite against Debian 13's Slurm 24.11 (a chroot; root, mmdebstrap)
 #   make check          what CI runs: test packages (installs them as root), gofmt, vet, test,
 #                       shipped configs, e2e
 #   make bench          benchmarks, figures printed (root for the real-Slurm/nginx ones)
@@ -26,7 +27,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all deps build test e2e e2e-real check check-shipped vet fmt-check bench fuzz demo install package cluster-up cluster-down clean
+.PHONY: all deps build test e2e e2e-real e2e-slurm24 check check-shipped vet fmt-check bench fuzz demo install package cluster-up cluster-down clean
 
 all: build
 
@@ -70,6 +71,34 @@ e2e-real:
 	else \
 		$(MAKE) --no-print-directory cluster-up CLUSTER_MODE=netns && \
 		$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'TestE2ERealLlama|TestRealLlamaApply' -v ./cmd/llm-supervisor; \
+	fi
+
+# The Slurm 24.11 lane (README): Debian 13's slurm-wlm and munge in a root made once with
+# mmdebstrap (scripts/slurm24-root.sh, cached in SLURM24_ROOT), the netns cluster's daemons run
+# from it (SLURM_ROOT), the client commands too (wrappers first on PATH), and the e2e suite
+# (SLURM24_PKGS, SLURM24_RUN) on it; the cluster is brought down at the end, whatever the result.
+# Hold /tmp/slurm-llm-cluster.lock around it, as around `make e2e`; a cluster that is up is
+# brought down first. Not part of `make check` (CI keeps Debian 12's 22.05).
+SLURM24_ROOT ?= /var/cache/slurm-llm/slurm24-root
+SLURM24_BIN  ?= /tmp/slurm-llm-slurm24-bin
+SLURM24_PKGS ?= ./...
+SLURM24_RUN  ?= .
+e2e-slurm24:
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "e2e-slurm24: skipped: needs root (chroot, bind mounts, the cluster)"; \
+	elif ! SLURM24_ROOT=$(SLURM24_ROOT) scripts/slurm24-root.sh check && ! command -v mmdebstrap >/dev/null; then \
+		echo "e2e-slurm24: skipped: no Slurm 24.11 root in $(SLURM24_ROOT) and no mmdebstrap to make one (apt-get install -y mmdebstrap)"; \
+	else \
+		start=$$(date +%s); \
+		SLURM24_ROOT=$(SLURM24_ROOT) scripts/slurm24-root.sh build >/dev/null && \
+		SLURM24_ROOT=$(SLURM24_ROOT) scripts/slurm24-root.sh wrappers $(SLURM24_BIN) || exit 1; \
+		scripts/slurm-cluster.sh down >/dev/null; \
+		SLURM_ROOT=$(SLURM24_ROOT) SLURM_ROOT_BINDS="$(CURDIR)" scripts/slurm-cluster.sh up --netns && \
+		PATH="$(SLURM24_BIN):$$PATH" SLURM_CLIENT_PATH="$(SLURM24_BIN)" $(GO) test -tags e2e -p 1 -count=1 -timeout $(E2E_TIMEOUT) -run '$(SLURM24_RUN)' $(SLURM24_PKGS); \
+		rc=$$?; \
+		scripts/slurm-cluster.sh down; \
+		echo "e2e-slurm24: exit $$rc after $$(( $$(date +%s) - start )) s (Slurm $$(sed -n 's/^slurm=//p' $(SLURM24_ROOT)/.slurm-llm-root))"; \
+		exit $$rc; \
 	fi
 
 # The Debian packages the tests need (scripts/test-deps.sh: as root with apt-get, it installs

@@ -38,7 +38,13 @@ func TestNetnsClusterE2E(t *testing.T) {
 			t.Fatalf("%s not found (apt-get install -y iproute2 nftables util-linux slurm-wlm): %v", b, err)
 		}
 	}
-	prev := readClusterState(t)["mode"]
+	st0 := readClusterState(t)
+	prev := st0["mode"]
+	if st0["slurm_root"] != "" {
+		// Up from another root (make e2e-slurm24): down and up again from it, not from the host.
+		t.Setenv("SLURM_ROOT", st0["slurm_root"])
+		t.Setenv("SLURM_ROOT_BINDS", st0["slurm_root_binds"])
+	}
 	t.Cleanup(func() {
 		cluster(t, "down")
 		switch prev {

@@ -57,8 +57,10 @@ for a in "$@"; do
 done
 if [ $from = package ]; then
 	PREFIX=/usr
-	# The packaged programs, not a /usr/local/bin left by an earlier make install.
-	export PATH=/usr/bin:/usr/sbin:$PATH
+	# The packaged programs, not a /usr/local/bin left by an earlier make install. Slurm's
+	# clients from SLURM_CLIENT_PATH first when set (make e2e-slurm24: the wrappers that run
+	# the Slurm 24.11 root's commands, which the cluster's daemons speak).
+	export PATH=${SLURM_CLIENT_PATH:+$SLURM_CLIENT_PATH:}/usr/bin:/usr/sbin:$PATH
 else
 	PREFIX=/usr/local
 fi

@@ -61,11 +61,28 @@
 # idempotent: `up` twice is fine. `up` refuses to overwrite a slurm.conf it did not write, unless
 # --force, and refuses to switch modes while a cluster of the other mode is up (run `down`).
 # The config is the project's own copy (see config below); nothing here reads other folders.
+#
+# SLURM_ROOT=DIR (for `make e2e-slurm24`; see the block "SLURM_ROOT" below): the daemons
+# (munged, slurmctld, slurmd) run from the root file system DIR (chroot; scripts/slurm24-root.sh
+# makes one with Debian 13's Slurm 24.11), slurm.conf, the munge key and the spool directories
+# are DIR's; `up` bind-mounts the host's /proc /sys /dev /run /tmp /etc/hosts /usr/local
+# /var/lib/slurm-llm /var/log/slurm (and $SLURM_ROOT_BINDS) into DIR, `down` unmounts them.
+# The state file records slurm_root=DIR and slurm_root_binds=, so the commands after `up` need no
+# variable.
 set -euo pipefail
 
-readonly SLURM_CONF=/etc/slurm/slurm.conf
+# SLURM_ROOT: see the block "SLURM_ROOT" below. Empty: the host's Slurm. Unset or empty while a
+# cluster is up: that cluster's root (as the mode), so `down`, `status`, the fault commands and
+# an `up` of the demo keep to it.
+SLURM_ROOT=${SLURM_ROOT:-}
+if [[ -z $SLURM_ROOT && -r /run/slurm-llm-cluster/cluster.env ]]; then
+	SLURM_ROOT=$(sed -n 's/^slurm_root=//p' /run/slurm-llm-cluster/cluster.env | head -n 1)
+	[[ -z $SLURM_ROOT ]] || SLURM_ROOT_BINDS=$(sed -n 's/^slurm_root_binds=//p' /run/slurm-llm-cluster/cluster.env | head -n 1)
+fi
+readonly SLURM_ROOT
+readonly SLURM_CONF=$SLURM_ROOT/etc/slurm/slurm.conf
 readonly CONF_MARK='# slurm-llm test cluster: written by scripts/slurm-cluster.sh'
-readonly MUNGE_KEY=/etc/munge/munge.key
+readonly MUNGE_KEY=$SLURM_ROOT/etc/munge/munge.key
 readonly MUNGE_PID=/run/munge/munged.pid
 readonly CTLD_PID=/run/slurmctld.pid
 readonly CTLD_LOG=/var/log/slurm/slurmctld.log
@@ -74,7 +91,7 @@ readonly STATE_FILE=$STATE_DIR/cluster.env
 readonly USERS_MADE=$STATE_DIR/users-made # test users `up` made with useradd, for `down`
 
 # Accounting: slurmdbd and its MariaDB, all started by this script (by PID, as the others).
-readonly DBD_CONF=/etc/slurm/slurmdbd.conf
+readonly DBD_CONF=$SLURM_ROOT/etc/slurm/slurmdbd.conf
 readonly DBD_PID=/run/slurmdbd.pid
 readonly DBD_LOG=/var/log/slurm/slurmdbd.log
 readonly DB_DIR=/var/lib/slurm-llm-cluster/mariadb # the datadir; `down` removes it
@@ -327,6 +344,7 @@ write_state() {
 		)"
 		echo "acct_user_both=$ACCT_USER_BOTH"
 		echo "acct_user_one=$ACCT_USER_ONE"
+		[[ -z $SLURM_ROOT ]] || printf 'slurm_root=%s\nslurm_root_binds=%s\n' "$SLURM_ROOT" "${SLURM_ROOT_BINDS:-}"
 		echo "nodes=$(
 			IFS=,
 			echo "${NODES[*]}"
@@ -378,13 +396,14 @@ write_config() {
 }
 
 prepare_dirs() {
-	mkdir -p "$(ctld_spool)" /var/log/slurm /run/munge /var/lib/munge /var/log/munge
-	for n in "${NODES[@]}"; do mkdir -p "$(slurmd_spool)/$n"; done
-	chown munge:munge /run/munge /var/lib/munge /var/log/munge
-	chmod 0755 /run/munge
-	chmod 0700 /var/log/munge
+	local r=$SLURM_ROOT # the bind mounts are in place: $r/run is /run
+	mkdir -p "$r$(ctld_spool)" "$r/var/log/slurm" "$r/run/munge" "$r/var/lib/munge" "$r/var/log/munge"
+	for n in "${NODES[@]}"; do mkdir -p "$r$(slurmd_spool)/$n"; done
+	chown munge:munge "$r/run/munge" "$r/var/lib/munge" "$r/var/log/munge"
+	chmod 0755 "$r/run/munge"
+	chmod 0700 "$r/var/log/munge"
 	if [[ ! -s $MUNGE_KEY ]]; then
-		mkdir -p /etc/munge
+		mkdir -p "$(dirname "$MUNGE_KEY")"
 		if command -v mungekey >/dev/null; then
 			mungekey --create --keyfile="$MUNGE_KEY" --force
 		else
@@ -392,8 +411,8 @@ prepare_dirs() {
 		fi
 		log "created $MUNGE_KEY"
 	fi
-	chown munge:munge /etc/munge "$MUNGE_KEY"
-	chmod 0700 /etc/munge
+	chown munge:munge "$(dirname "$MUNGE_KEY")" "$MUNGE_KEY"
+	chmod 0700 "$(dirname "$MUNGE_KEY")"
 	chmod 0400 "$MUNGE_KEY"
 }
 
@@ -403,12 +422,12 @@ start_munged() {
 		return
 	fi
 	log "starting munged"
-	no_inherited_fds runuser -u munge -- /usr/sbin/munged ||
-		{ show_log /var/log/munge/munged.log; die "munged failed to start"; }
-	wait_alive munged "$MUNGE_PID" 'munged' /var/log/munge/munged.log
+	no_inherited_fds "${IN_ROOT[@]}" runuser -u munge -- /usr/sbin/munged ||
+		{ show_log "$SLURM_ROOT/var/log/munge/munged.log"; die "munged failed to start"; }
+	wait_alive munged "$MUNGE_PID" 'munged' "$SLURM_ROOT/var/log/munge/munged.log"
 	remember munged "$MUNGE_PID"
-	munge -n | unmunge >/dev/null ||
-		{ show_log /var/log/munge/munged.log; die "munged runs but 'munge -n | unmunge' fails"; }
+	"${IN_ROOT[@]}" munge -n | "${IN_ROOT[@]}" unmunge >/dev/null ||
+		{ show_log "$SLURM_ROOT/var/log/munge/munged.log"; die "munged runs but 'munge -n | unmunge' fails"; }
 }
 
 start_slurmctld() {
@@ -417,7 +436,7 @@ start_slurmctld() {
 		return
 	fi
 	log "starting slurmctld"
-	no_inherited_fds /usr/sbin/slurmctld || { show_log "$CTLD_LOG"; die "slurmctld failed to start"; }
+	no_inherited_fds "${IN_ROOT[@]}" /usr/sbin/slurmctld || { show_log "$CTLD_LOG"; die "slurmctld failed to start"; }
 	wait_alive slurmctld "$CTLD_PID" 'slurmctld' "$CTLD_LOG"
 	remember slurmctld "$CTLD_PID"
 	local deadline=$((SECONDS + WAIT_SECONDS))
@@ -461,7 +480,7 @@ start_slurmd() {
 		run=(nsenter "--net=/run/netns/$(node_ns "$n")")
 	fi
 	log "starting slurmd -N $n${run:+ in namespace $(node_ns "$n")}"
-	no_inherited_fds "${run[@]}" /usr/sbin/slurmd -N "$n" || { show_log "$(slurmd_log "$n")"; die "slurmd -N $n failed to start"; }
+	no_inherited_fds "${run[@]}" "${IN_ROOT[@]}" /usr/sbin/slurmd -N "$n" || { show_log "$(slurmd_log "$n")"; die "slurmd -N $n failed to start"; }
 	wait_alive "slurmd $n" "$pidfile" "$(slurmd_pattern "$n")" "$(slurmd_log "$n")"
 	remember "slurmd-$n" "$pidfile"
 }
@@ -735,7 +754,7 @@ write_dbd_config() {
 		chmod 0600 "$DBD_CONF"
 		return
 	fi
-	mkdir -p /etc/slurm
+	mkdir -p "$(dirname "$DBD_CONF")"
 	(umask 077 && printf '%s\n' "$want" >"$DBD_CONF.tmp")
 	chown root:root "$DBD_CONF.tmp"
 	mv "$DBD_CONF.tmp" "$DBD_CONF"
@@ -803,7 +822,7 @@ start_slurmdbd() {
 		return
 	fi
 	log "starting slurmdbd"
-	no_inherited_fds /usr/sbin/slurmdbd || { show_log "$DBD_LOG"; die "slurmdbd failed to start"; }
+	no_inherited_fds "${IN_ROOT[@]}" /usr/sbin/slurmdbd || { show_log "$DBD_LOG"; die "slurmdbd failed to start"; }
 	wait_alive slurmdbd "$DBD_PID" 'slurmdbd' "$DBD_LOG"
 	remember slurmdbd "$DBD_PID"
 	# Up once sacctmgr gets an answer (the first start creates the tables first).
@@ -858,6 +877,84 @@ ensure_accounting() {
 		sacct_add user "$name" "Account=$accts" "DefaultAccount=${accts%%,*}"
 		log "accounting: user $name in $accts (default ${accts%%,*})"
 	done
+	if [[ -n $SLURM_ROOT ]]; then # the users just made, for the daemons in the root
+		cp /etc/passwd "$SLURM_ROOT/etc/passwd" && cp /etc/group "$SLURM_ROOT/etc/group" ||
+			die "cannot copy the host's users into $SLURM_ROOT"
+	fi
+}
+
+# ---- SLURM_ROOT: the daemons and the clients from another root (make e2e-slurm24) ----
+# With SLURM_ROOT=DIR every daemon runs as `chroot DIR CMD`, and so do the client commands this
+# script calls (the shell functions below shadow them). What the daemons and the tests share
+# with the host is bind-mounted into DIR by `up` (root_mount) and unmounted by `down`
+# (root_umount): /run (PID files, the munge socket, this script's state), /tmp (the tests'
+# directories), /var/log/slurm (the tests read slurmctld.log), /etc/hosts (netns names),
+# /usr/local, /var/lib/slurm-llm, /proc, /sys, /dev, and the paths in $SLURM_ROOT_BINDS
+# (space-separated: the repository). Users: the host's /etc/passwd and /etc/group are copied
+# into DIR by `up` (tests add users; scripts/slurm24-root.sh's wrappers copy them again when
+# they change). Without SLURM_ROOT all of this is a no-op.
+IN_ROOT=()
+ROOT_BINDS=()
+if [[ -n $SLURM_ROOT ]]; then
+	IN_ROOT=(chroot "$SLURM_ROOT")
+	ROOT_BINDS=(/proc /sys /dev /run /tmp /etc/hosts /usr/local /var/lib/slurm-llm /var/log/slurm)
+	# shellcheck disable=SC2206 # space-separated paths
+	ROOT_BINDS+=(${SLURM_ROOT_BINDS:-})
+	scontrol() { chroot "$SLURM_ROOT" scontrol "$@"; }
+	squeue() { chroot "$SLURM_ROOT" squeue "$@"; }
+	scancel() { chroot "$SLURM_ROOT" scancel "$@"; }
+	sinfo() { chroot "$SLURM_ROOT" sinfo "$@"; }
+	sacctmgr() { chroot "$SLURM_ROOT" sacctmgr "$@"; } # a 22.05 client cannot talk to 24.11's slurmdbd
+	sshare() { chroot "$SLURM_ROOT" sshare "$@"; }
+fi
+
+# root_check_up: dies unless SLURM_ROOT (if set) holds the daemons, and unless the cluster that
+# is up (if any) runs from the same root.
+root_check_up() {
+	local cur b
+	cur=$([[ -r $STATE_FILE ]] && sed -n 's/^slurm_root=//p' "$STATE_FILE" | head -n 1 || true)
+	if [[ -r $STATE_FILE && $cur != "$SLURM_ROOT" ]]; then
+		die "a cluster from root '${cur:-/}' is up (see $STATE_FILE); run '$0 down' before 'up' with SLURM_ROOT='$SLURM_ROOT'"
+	fi
+	[[ -n $SLURM_ROOT ]] || return 0
+	for b in munged slurmctld slurmd slurmdbd; do
+		[[ -x $SLURM_ROOT/usr/sbin/$b ]] || die "SLURM_ROOT=$SLURM_ROOT has no /usr/sbin/$b (make it with scripts/slurm24-root.sh build)"
+	done
+	for b in sinfo scontrol squeue scancel munge unmunge; do
+		[[ -x $SLURM_ROOT/usr/bin/$b ]] || die "SLURM_ROOT=$SLURM_ROOT has no /usr/bin/$b"
+	done
+}
+
+# root_mount: the bind mounts of ROOT_BINDS into SLURM_ROOT (each once), and the host's users.
+# /proc, /sys and /dev recursively (cgroups, pts) and made slaves, so that unmounting them
+# never reaches the host's mounts.
+root_mount() {
+	local p t
+	[[ -n $SLURM_ROOT ]] || return 0
+	for p in "${ROOT_BINDS[@]}"; do
+		[[ -e $p ]] || mkdir -p "$p"
+		t=$SLURM_ROOT$p
+		if [[ -d $p ]]; then mkdir -p "$t"; else mkdir -p "$(dirname "$t")"; [[ -e $t ]] || : >"$t"; fi
+		mountpoint -q "$t" && continue
+		case $p in
+		/proc | /sys | /dev)
+			mount --rbind "$p" "$t" && mount --make-rslave "$t" ;;
+		*) mount --bind "$p" "$t" ;;
+		esac || die "cannot bind-mount $p on $t"
+	done
+	cp /etc/passwd "$SLURM_ROOT/etc/passwd" && cp /etc/group "$SLURM_ROOT/etc/group" ||
+		die "cannot copy the host's users into $SLURM_ROOT"
+	log "root $SLURM_ROOT: bind-mounted ${ROOT_BINDS[*]}"
+}
+
+# root_umount: every mount under SLURM_ROOT, deepest first (also those of an interrupted `up`).
+root_umount() {
+	local m
+	[[ -n $SLURM_ROOT ]] || return 0
+	for m in $(awk -v r="$SLURM_ROOT/" 'index($2, r) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+		umount "$m" 2>/dev/null || umount -l "$m" || log "warning: cannot unmount $m"
+	done
+	log "root $SLURM_ROOT: unmounted"
 }
 
 # ---- commands ----
@@ -878,7 +975,9 @@ cmd_up() {
 	MODE=${MODE:-loopback}
 	[[ $MODE == loopback || $MODE == netns ]] || die "SLURM_CLUSTER_MODE must be loopback or netns, not '$MODE'"
 	[[ $(id -u) == 0 ]] || die "must run as root"
+	root_check_up
 	for b in munged slurmctld slurmd sinfo scontrol sacctmgr; do
+		[[ -z $SLURM_ROOT ]] || break # root_check_up looked in the root
 		command -v "$b" >/dev/null || [[ -x /usr/sbin/$b ]] ||
 			die "$b not found; install with: apt-get install -y slurm-wlm munge"
 	done
@@ -901,6 +1000,7 @@ cmd_up() {
 	fi
 	# The state file first: if `up` fails half way, `down` and `status` know what it was doing.
 	write_state
+	root_mount
 	write_config "$force"
 	pass=$(dbd_pass)
 	write_dbd_config "$force" "$pass"
@@ -955,6 +1055,7 @@ cmd_down() {
 	stop munged 'munged'
 	accounting_down
 	net_down
+	root_umount
 	rm -f "$STATE_FILE"
 	log "cluster is down"
 }

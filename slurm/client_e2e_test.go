@@ -255,7 +255,7 @@ func TestE2ENodeAddrs(t *testing.T) {
 // and that must read as ErrUnavailable, never ErrNoSuchJob.
 func TestE2EControllerDownIsNotNoSuchJob(t *testing.T) {
 	dir := t.TempDir()
-	conf, err := os.ReadFile("/etc/slurm/slurm.conf")
+	conf, err := os.ReadFile(slurmtest.SlurmConfPath())
 	if err != nil {
 		t.Fatal(err)
 	}

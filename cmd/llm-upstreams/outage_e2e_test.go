@@ -17,12 +17,13 @@ import (
 
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
+	"slurm-llm/slurm/slurmtest"
 )
 
 // deadSqueue puts first on PATH a squeue that runs the real one against
 // a controller port nobody listens on (the local cluster's slurm.conf with
 // SlurmctldPort=9), and logs the time of each call to the returned file.
-// It skips without root, Slurm's clients or /etc/slurm/slurm.conf.
+// It skips without root, Slurm's clients or the cluster's slurm.conf (slurmtest.SlurmConfPath).
 func deadSqueue(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -32,7 +33,7 @@ func deadSqueue(t *testing.T) string {
 	if err != nil {
 		t.Skip("squeue not installed")
 	}
-	conf, err := os.ReadFile("/etc/slurm/slurm.conf")
+	conf, err := os.ReadFile(slurmtest.SlurmConfPath())
 	if err != nil {
 		t.Skipf("no slurm.conf (scripts/slurm-cluster.sh up): %v", err)
 	}

@@ -80,6 +80,21 @@ func Need(t testing.TB, mode string) Cluster {
 	return c
 }
 
+// SlurmConf is the slurm.conf the cluster's daemons read: the host's
+// /etc/slurm/slurm.conf, or the one in the root file system the script ran
+// them from (slurm_root= in the state file: make e2e-slurm24's Slurm 24.11).
+func (c Cluster) SlurmConf() string { return c.kv["slurm_root"] + "/etc/slurm/slurm.conf" }
+
+// SlurmConfPath is the SlurmConf of the cluster that is up, else the host's
+// /etc/slurm/slurm.conf: for tests that copy the cluster's config.
+func SlurmConfPath() string {
+	c, ok, err := Load()
+	if err != nil || !ok {
+		return "/etc/slurm/slurm.conf"
+	}
+	return c.SlurmConf()
+}
+
 // Addr is node's address on the cluster network (NodeAddr: where the
 // controller and nginx reach it).
 func (c Cluster) Addr(node string) string { return c.kv[node+"_addr"] }
