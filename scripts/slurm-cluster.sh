@@ -789,6 +789,8 @@ start_mariadb() {
 		chmod 0700 "$DB_DIR"
 		mariadb-install-db "${DB_OPTS[@]}" --auth-root-authentication-method=socket --skip-test-db \
 			>>"$DB_LOG" 2>&1 || { show_log "$DB_LOG"; die "mariadb-install-db failed"; }
+		# A new database gives a new ClusterID: a slurmctld state that kept the last one is stale.
+		rm -f {"",$SLURM_ROOT}/var/spool/slurmctld{,-netns}/clustername
 	fi
 	log "starting mariadbd (127.0.0.1:$DB_PORT)"
 	no_inherited_fds setsid /usr/sbin/mariadbd "${DB_OPTS[@]}" "--socket=$DB_SOCK" "--pid-file=$DB_PID" \
@@ -1071,8 +1073,10 @@ accounting_down() {
 		log "removed the accounting database ($DB_DIR)"
 	fi
 	rm -rf "$DB_RUN"
-	for d in /var/spool/slurmctld /var/spool/slurmctld-netns; do
-		for f in assoc_mgr_state assoc_usage qos_usage last_decay_ran fed_mgr_state dbd.messages; do
+	for d in {"",$SLURM_ROOT}/var/spool/slurmctld{,-netns}; do
+		# clustername holds the ClusterID the database gave: with the database gone, a 24.11
+		# slurmctld refuses to start on it ("CLUSTER ID MISMATCH").
+		for f in assoc_mgr_state assoc_usage qos_usage last_decay_ran fed_mgr_state dbd.messages clustername; do
 			rm -f "$d/$f" "$d/$f.old"
 		done
 	done
