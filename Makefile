@@ -93,7 +93,7 @@ e2e-slurm24:
 		SLURM24_ROOT=$(SLURM24_ROOT) scripts/slurm24-root.sh build >/dev/null && \
 		SLURM24_ROOT=$(SLURM24_ROOT) scripts/slurm24-root.sh wrappers $(SLURM24_BIN) || exit 1; \
 		scripts/slurm-cluster.sh down >/dev/null; \
-		SLURM_ROOT=$(SLURM24_ROOT) SLURM_ROOT_BINDS="$(CURDIR)" scripts/slurm-cluster.sh up --netns && \
+		SLURM_ROOT=$(SLURM24_ROOT) SLURM_ROOT_BINDS="$(CURDIR) /etc/slurm-llm" scripts/slurm-cluster.sh up --netns && \
 		PATH="$(SLURM24_BIN):$$PATH" SLURM_CLIENT_PATH="$(SLURM24_BIN)" $(GO) test -tags e2e -p 1 -count=1 -timeout $(E2E_TIMEOUT) -run '$(SLURM24_RUN)' $(SLURM24_PKGS); \
 		rc=$$?; \
 		scripts/slurm-cluster.sh down; \

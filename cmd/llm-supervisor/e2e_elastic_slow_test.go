@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"slurm-llm/endpoints/members"
+	"slurm-llm/slurm/slurmtest"
 )
 
 // The elastic tier under slow storage and a slow head (issue 30), on the
@@ -74,6 +75,9 @@ func (el *e2eElastic) headPIDs() []int {
 // the head at the lead's end, an absolute time set before the hang: never
 // two heads, and the next member serves within lease + skew + its load.
 func TestE2EElasticLeaderStorageHangs(t *testing.T) {
+	if c, ok, _ := slurmtest.Load(); ok && c.Root() != "" {
+		t.Skip("the Slurm 24.11 lane: the bindfs mount this test makes under /tmp after up is not seen in the root's own /tmp mount (scripts/FACTS-cluster.md)")
+	}
 	el := setupElastic(t)
 	bindfs := el.slowMount(t, "node3")
 	for _, n := range []string{"node1", "node2", "node3"} {

@@ -80,6 +80,10 @@ func Need(t testing.TB, mode string) Cluster {
 	return c
 }
 
+// Root is the root the cluster's Slurm runs from (make e2e-slurm24's
+// chroot), "" for the host's.
+func (c Cluster) Root() string { return c.kv["slurm_root"] }
+
 // SlurmConf is the slurm.conf the cluster's daemons read: the host's
 // /etc/slurm/slurm.conf, or the one in the root file system the script ran
 // them from (slurm_root= in the state file: make e2e-slurm24's Slurm 24.11).
