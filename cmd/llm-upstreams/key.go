@@ -183,11 +183,11 @@ func (o keyOptions) frontURL() (string, error) {
 // local reports whether host is a wildcard, a loopback address or
 // localhost: an address every host has of its own.
 func local(host string) bool {
-	if host == "" || strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+	if host == "" || access.LoopbackHost(host) {
 		return true
 	}
 	ip := net.ParseIP(host)
-	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
+	return ip != nil && ip.IsUnspecified()
 }
 
 // send makes the credential and sends the request.

@@ -385,14 +385,19 @@ func (g *ReplayGuard) take(sum [32]byte, until, now time.Time) error {
 // localhost.
 func loopbackURL(u string) bool {
 	p, err := url.Parse(u)
-	if err != nil || p.Host == "" {
-		return false
-	}
-	h := p.Hostname()
-	if strings.EqualFold(h, "localhost") || strings.HasSuffix(strings.ToLower(h), ".localhost") {
+	return err == nil && p.Host != "" && LoopbackHost(p.Hostname())
+}
+
+// LoopbackHost reports whether host names this machine's own loopback:
+// localhost (or a name under .localhost) or a loopback address. The key
+// command refuses to send a credential to one it was not told, and the key
+// endpoint believes a credential made for one only from its own loopback:
+// both ask this, so they agree on what is local.
+func LoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
 		return true
 	}
-	ip := net.ParseIP(h)
+	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
 
