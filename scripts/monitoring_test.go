@@ -34,8 +34,8 @@ const (
 // keeper's, the front door's, and the build information and Go and
 // process collectors every listener adds.
 var goldenFiles = []string{
-	"../endpoints/upstreams/testdata/metrics-families.golden",
-	"../endpoints/upstreams/testdata/process-families.golden",
+	"../endpoints/tiers/testdata/metrics-families.golden",
+	"../endpoints/tiers/testdata/process-families.golden",
 	"../endpoints/keeper/testdata/metrics-families.golden",
 	"../endpoints/front/testdata/metrics-families.golden",
 }

@@ -22,7 +22,7 @@ import (
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/front/fronttest"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // BenchmarkE2EElasticFront is issue 19's re-plan figure: the elastic tier
@@ -103,7 +103,7 @@ models = ["/models/e2e.gguf"]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fd := front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger()})
-	u := upstreams.New(cfg.Watcher, upstreams.Options{Log: hclog.NewNullLogger(), Routes: fd.Update})
+	u := tiers.New(cfg.Watcher, tiers.Options{Log: hclog.NewNullLogger(), Routes: fd.Update})
 	ln, err := net.Listen("tcp", cfg.Front.Listen)
 	if err != nil {
 		b.Fatal(err)
@@ -111,7 +111,7 @@ models = ["/models/e2e.gguf"]
 	srv := &http.Server{Handler: fd, ReadHeaderTimeout: cfg.Front.ReadHeaderTimeout, IdleTimeout: cfg.Front.IdleTimeout}
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); _ = u.Watch(ctx, upstreams.WatchOptions{}) }()
+	go func() { defer wg.Done(); _ = u.Watch(ctx, tiers.WatchOptions{}) }()
 	go func() { defer wg.Done(); fd.Run(ctx) }()
 	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
 	b.Cleanup(func() {

@@ -18,7 +18,7 @@ import (
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/config"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 	"slurm-llm/slurm"
 )
 
@@ -37,7 +37,7 @@ type availWorld struct {
 	ucfg    config.Config
 
 	mu       sync.Mutex
-	last     upstreams.Report
+	last     tiers.Report
 	routedAt map[string]time.Time // "job/restart" → first pass that routed that run
 	released map[string][]time.Time
 	reasons  []seenReason // the fast tier's view, each change of reason
@@ -120,7 +120,7 @@ func tail(b []byte, n int) []byte {
 }
 
 // observe keeps watch's last report and when each run was first routed.
-func (w *availWorld) observe(rep upstreams.Report, at time.Time) {
+func (w *availWorld) observe(rep tiers.Report, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last = rep
@@ -138,7 +138,7 @@ func (w *availWorld) observe(rep upstreams.Report, at time.Time) {
 }
 
 // view is watch's last view of the tier.
-func (w *availWorld) view() upstreams.TierView {
+func (w *availWorld) view() tiers.TierView {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, v := range w.last.Views {
@@ -146,7 +146,7 @@ func (w *availWorld) view() upstreams.TierView {
 			return v
 		}
 	}
-	return upstreams.TierView{}
+	return tiers.TierView{}
 }
 
 func (w *availWorld) routed(job string, restart int) (time.Time, bool) {
@@ -342,7 +342,7 @@ func TestE2EPartialPreemptionComesBackElsewhere(t *testing.T) {
 	for _, r := range w.reasons {
 		if !r.at.Before(f.preempted) && r.at.Before(f.requeued) {
 			seen = append(seen, fmt.Sprintf("+%.2fs %s", r.at.Sub(f.preempted).Seconds(), r.reason))
-			if r.reason == upstreams.ReasonStarting {
+			if r.reason == tiers.ReasonStarting {
 				t.Errorf("the view said %q before the requeue (reasons seen: %q)", r.reason, seen)
 			}
 		}
@@ -399,7 +399,7 @@ func BenchmarkE2EPreemptETA(b *testing.B) {
 	var preemptor string
 	w.waitFor("an estimate in the 503", 120*time.Second, func() bool {
 		v := w.view()
-		if v.State != upstreams.StateRouted && v.ExpectedBack != nil {
+		if v.State != tiers.StateRouted && v.ExpectedBack != nil {
 			first, firstAt = v.ExpectedBack, time.Now()
 			if v.Preemptor != nil {
 				preemptor = v.Preemptor.Job
@@ -409,7 +409,7 @@ func BenchmarkE2EPreemptETA(b *testing.B) {
 		return false
 	})
 	seen := ""
-	logView := func(v upstreams.TierView) {
+	logView := func(v tiers.TierView) {
 		s := fmt.Sprintf("%s/%s job %s %s (%s)", v.State, v.Reason, v.Job, v.JobState, v.JobReason)
 		if v.Preemptor != nil && v.Preemptor.End != nil {
 			s += fmt.Sprintf(", preemptor %s ends +%.1fs", v.Preemptor.Job, v.Preemptor.End.Sub(pre).Seconds())
@@ -426,7 +426,7 @@ func BenchmarkE2EPreemptETA(b *testing.B) {
 	back := w.waitFor("the tier routed again", 6*time.Minute, func() bool {
 		v := w.view()
 		logView(v)
-		if v.State == upstreams.StateRouted {
+		if v.State == tiers.StateRouted {
 			return true
 		}
 		if v.ExpectedBack != nil {

@@ -22,7 +22,7 @@ import (
 
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/keeper"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 	"slurm-llm/slurm"
 )
 
@@ -75,7 +75,7 @@ func (e *e2eController) write(name, body string) {
 // start loads keeper.toml and upstreams.toml from the directory and runs
 // the keeper (logging to klog at Info) and watch until shutdown; every
 // pass's report goes to onReport with its time.
-func (e *e2eController) start(klog io.Writer, onReport func(upstreams.Report, time.Time)) config.Config {
+func (e *e2eController) start(klog io.Writer, onReport func(tiers.Report, time.Time)) config.Config {
 	e.t.Helper()
 	kcfg, err := keeper.Load(filepath.Join(e.dir, "keeper.toml"))
 	if err != nil {
@@ -88,11 +88,11 @@ func (e *e2eController) start(klog io.Writer, onReport func(upstreams.Report, ti
 	ctx, cancel := context.WithCancel(context.Background())
 	e.ctx, e.stop = ctx, cancel
 	k := keeper.New(kcfg, keeper.Options{Log: hclog.New(&hclog.LoggerOptions{Name: "keeper", Output: klog, Level: hclog.Info})})
-	passes := make(chan upstreams.PassResult)
-	u := upstreams.New(ucfg.Watcher, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: e.c}, Queue: e.c})
+	passes := make(chan tiers.PassResult)
+	u := tiers.New(ucfg.Watcher, tiers.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: e.c}, Queue: e.c})
 	e.done.Add(3)
 	go func() { defer e.done.Done(); _ = k.Run(ctx, keeper.RunOptions{Interval: 30 * time.Second}) }()
-	go func() { defer e.done.Done(); _ = u.Watch(ctx, upstreams.WatchOptions{Passed: passes}) }()
+	go func() { defer e.done.Done(); _ = u.Watch(ctx, tiers.WatchOptions{Passed: passes}) }()
 	go func() {
 		defer e.done.Done()
 		for {

@@ -7,13 +7,13 @@ import (
 
 	"slurm-llm/cmd/internal/doctor"
 	"slurm-llm/endpoints/config"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // The doctor checks the directories and ports the loaded config names,
 // and asks for Slurm accounting only when the front door needs it.
 func TestDoctorController(t *testing.T) {
-	base := config.Config{Watcher: upstreams.Config{EndpointDir: "/e", OutputDir: "/etc/nginx/slurm-llm", StateDir: "/var/lib/slurm-llm/upstreams",
+	base := config.Config{Watcher: tiers.Config{EndpointDir: "/e", OutputDir: "/etc/nginx/slurm-llm", StateDir: "/var/lib/slurm-llm/upstreams",
 		AllowedOwners: []string{"slurm-llm"}, HintListen: ":9466"}}
 	withFront := func(mode string, accounts bool, weights string) config.Config {
 		c := base

@@ -21,7 +21,7 @@ import (
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // frontShutdownGrace is how long a stopping front door lets the answers
@@ -95,7 +95,7 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 
 	fd := front.New(cfg.Front, front.Options{Log: log.Named("front"), AccessLog: accessOut, Access: users})
 	first := make(chan struct{})
-	routes := func(rep upstreams.Report) {
+	routes := func(rep tiers.Report) {
 		fd.Update(rep)
 		select {
 		case <-first:
@@ -116,15 +116,15 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 	go fd.Run(ctx)
 	go func() {
 		notify, every := systemdNotifier(log)
-		errs <- u.Watch(ctx, upstreams.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
-			LoadConfig: func() (upstreams.Config, error) {
+		errs <- u.Watch(ctx, tiers.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
+			LoadConfig: func() (tiers.Config, error) {
 				c, err := config.Load(path)
 				if err == nil {
 					if rerr := users.Reload(c.Front.Access); rerr != nil {
 						log.Error("reload: the static keys file; the last good keys stay", "error", rerr)
 					}
 					fd.SetConfig(c.Front)
-					warnContinuation(upstreams.New(c.Watcher, upstreams.Options{}).ContinueFacts(c.Front.Hold, c.Front.HoldUnknown), log)
+					warnContinuation(tiers.New(c.Watcher, tiers.Options{}).ContinueFacts(c.Front.Hold, c.Front.HoldUnknown), log)
 				}
 				return c.Watcher, err
 			}})
@@ -145,14 +145,14 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(fd.StatusJSON())
 		})
-		routes := []upstreams.Route{{Path: "/status", Handler: status}}
+		routes := []tiers.Route{{Path: "/status", Handler: status}}
 		if users.OperatorKeys != nil {
 			// The key endpoint on the operator listener too: root revokes a
 			// leaked key here whatever happens on the client port.
-			routes = append(routes, upstreams.Route{Path: access.KeysPath, Handler: users.OperatorKeys})
+			routes = append(routes, tiers.Route{Path: access.KeysPath, Handler: users.OperatorKeys})
 		}
 		go func() {
-			errs <- upstreams.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, routes...)
+			errs <- tiers.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, routes...)
 		}()
 	}
 	err = <-errs
@@ -171,11 +171,11 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 
 // newFrontUpdater is newUpdater for the front door: the same checks, its
 // passes routed in memory.
-func newFrontUpdater(cfg upstreams.Config, log hclog.Logger, routes func(upstreams.Report)) *upstreams.Updater {
+func newFrontUpdater(cfg tiers.Config, log hclog.Logger, routes func(tiers.Report)) *tiers.Updater {
 	warnUnsafeDir(cfg, log)
 	opts := updaterOptions(cfg, log)
 	opts.Routes = routes
-	return upstreams.New(cfg, opts)
+	return tiers.New(cfg, opts)
 }
 
 // warnContinuation logs, per tier, each reason a stream cut by its
@@ -184,20 +184,20 @@ func newFrontUpdater(cfg upstreams.Config, log hclog.Logger, routes func(upstrea
 // measured start-to-ready. The drains are set in the tiers' configs, on
 // the job side: llm-supervisor check-config checks them against this
 // file.
-func warnContinuation(facts []upstreams.ContinueFacts, log hclog.Logger) {
+func warnContinuation(facts []tiers.ContinueFacts, log hclog.Logger) {
 	for _, f := range facts {
-		for _, why := range upstreams.CheckContinuation(f) {
+		for _, why := range tiers.CheckContinuation(f) {
 			log.Warn("a stream cut by a drain would not be continued", "tier", f.Tier, "why", why)
 		}
 	}
 }
 
 // listenFrontHints opens the front door's own hint listener, if set.
-func listenFrontHints(addr string, log hclog.Logger) (*upstreams.Hints, error) {
+func listenFrontHints(addr string, log hclog.Logger) (*tiers.Hints, error) {
 	if addr == "" {
 		return nil, nil
 	}
-	h, err := upstreams.ListenHints(addr)
+	h, err := tiers.ListenHints(addr)
 	if err != nil {
 		log.Error("hints", "error", err)
 		return nil, err

@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/config"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // The front door's start says when its settings cannot continue a stream
@@ -34,7 +34,7 @@ func TestFrontWarnsWhenADrainedStreamCannotBeContinued(t *testing.T) {
 	}
 	var out strings.Builder
 	log := hclog.New(&hclog.LoggerOptions{Output: &out})
-	warnContinuation(upstreams.New(cfg.Watcher, upstreams.Options{Log: log}).ContinueFacts(cfg.Front.Hold, cfg.Front.HoldUnknown), log)
+	warnContinuation(tiers.New(cfg.Watcher, tiers.Options{Log: log}).ContinueFacts(cfg.Front.Hold, cfg.Front.HoldUnknown), log)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := []string{
 		`tier=fast why="[front] hold_unknown = 0s`,

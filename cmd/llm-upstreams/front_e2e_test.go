@@ -28,8 +28,8 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
-	"slurm-llm/endpoints/upstreams"
-	"slurm-llm/endpoints/upstreams/nginxtest"
+	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tiers/nginxtest"
 	"slurm-llm/slurm/slurmtest"
 )
 
@@ -194,7 +194,7 @@ models = ["OR1-Behemoth"]
 		t.Cleanup(func() { f.Close() })
 		klog = f
 	}
-	w.ucfg = w.start(klog, func(upstreams.Report, time.Time) {})
+	w.ucfg = w.start(klog, func(tiers.Report, time.Time) {})
 	w.startFront(w.ucfg)
 	t.Cleanup(w.close)
 	return w
@@ -253,8 +253,8 @@ func (w *frontWorld) startFront(cfg config.Config) {
 	w.t.Helper()
 	w.fd = front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger(), AccessLog: &accessLog{w: w}})
 	var last atomic.Value
-	u := upstreams.New(cfg.Watcher, upstreams.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c,
-		Routes: func(rep upstreams.Report) {
+	u := tiers.New(cfg.Watcher, tiers.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c,
+		Routes: func(rep tiers.Report) {
 			w.fd.Update(rep)
 			w.passes.Add(1)
 			key := routedKey(rep)
@@ -270,14 +270,14 @@ func (w *frontWorld) startFront(cfg config.Config) {
 	w.url = "http://" + ln.Addr().String()
 	srv := frontServer(cfg.Front, w.fd)
 	w.done.Add(3)
-	go func() { defer w.done.Done(); _ = u.Watch(w.ctx, upstreams.WatchOptions{}) }()
+	go func() { defer w.done.Done(); _ = u.Watch(w.ctx, tiers.WatchOptions{}) }()
 	go func() { defer w.done.Done(); w.fd.Run(w.ctx) }()
 	go func() { defer w.done.Done(); _ = srv.Serve(ln) }()
 	context.AfterFunc(w.ctx, func() { srv.Close() })
 }
 
 // routedKey names what a pass routes (tier → servers), to count changes.
-func routedKey(rep upstreams.Report) string {
+func routedKey(rep tiers.Report) string {
 	var parts []string
 	for tier, ss := range rep.Live {
 		for _, s := range ss {
@@ -548,7 +548,7 @@ func TestE2EFrontHoldsThroughAPartialPreemption(t *testing.T) {
 func TestE2EFrontHoldTimesOut(t *testing.T) {
 	w := newFrontWorld(t, frontOpts{reasoningLoad: 20 * time.Second})
 	w.waitFor("the reasoning tier starting", 120*time.Second, func() bool {
-		return w.tier("reasoning").View.Reason == upstreams.ReasonStarting
+		return w.tier("reasoning").View.Reason == tiers.ReasonStarting
 	}, func() string { return string(w.fd.StatusJSON()) })
 	c := &http.Client{Timeout: 2 * time.Minute}
 	start := time.Now()
@@ -558,8 +558,8 @@ func TestE2EFrontHoldTimesOut(t *testing.T) {
 		Reason string `json:"reason"`
 	}
 	_ = json.Unmarshal([]byte(r.body), &body)
-	if r.status != http.StatusServiceUnavailable || body.Reason != upstreams.ReasonStarting || took < time.Second {
-		t.Errorf("held 1 s while loading: %v after %v; want the 503 (reason %q) after the second", r, took, upstreams.ReasonStarting)
+	if r.status != http.StatusServiceUnavailable || body.Reason != tiers.ReasonStarting || took < time.Second {
+		t.Errorf("held 1 s while loading: %v after %v; want the 503 (reason %q) after the second", r, took, tiers.ReasonStarting)
 	}
 	start = time.Now()
 	if r := chat(c, w.url, "OR1-Behemoth", true); !r.ok() || r.tier != "reasoning" {

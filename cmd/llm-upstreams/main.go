@@ -37,7 +37,7 @@ import (
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 	"slurm-llm/slurm"
 )
 
@@ -202,9 +202,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // newUpdater wires the real scheduler, resolver and nginx runner.
-func newUpdater(cfg upstreams.Config, log hclog.Logger) *upstreams.Updater {
+func newUpdater(cfg tiers.Config, log hclog.Logger) *tiers.Updater {
 	warnUnsafeDir(cfg, log)
-	return upstreams.New(cfg, updaterOptions(cfg, log))
+	return tiers.New(cfg, updaterOptions(cfg, log))
 }
 
 // warnUnsafeDir warns when the endpoint directory is one others can
@@ -212,7 +212,7 @@ func newUpdater(cfg upstreams.Config, log hclog.Logger) *upstreams.Updater {
 // squat a tier's file names there or flood it (issue 23). The tiers'
 // jobs refuse to start on such a directory; the controller reads on, so
 // that a fix on the job side is not an outage here.
-func warnUnsafeDir(cfg upstreams.Config, log hclog.Logger) {
+func warnUnsafeDir(cfg tiers.Config, log hclog.Logger) {
 	if err := fsutil.CheckShared(cfg.EndpointDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		log.Warn("the endpoint directory is not safe: the tiers' jobs will refuse it", "error", err)
 	}
@@ -220,18 +220,18 @@ func warnUnsafeDir(cfg upstreams.Config, log hclog.Logger) {
 
 // updaterOptions are the real scheduler and queue (when the config asks
 // Slurm) for an updater.
-func updaterOptions(cfg upstreams.Config, log hclog.Logger) upstreams.Options {
-	var sched upstreams.Scheduler
-	var queue upstreams.Queue
+func updaterOptions(cfg tiers.Config, log hclog.Logger) tiers.Options {
+	var sched tiers.Scheduler
+	var queue tiers.Queue
 	if cfg.Scheduler.Check {
 		c := &slurm.Client{Timeout: cfg.Scheduler.Timeout}
 		sched, queue = slurmJobs{c: c}, c
 	}
-	return upstreams.Options{Log: log, Scheduler: sched, Queue: queue, Generator: "llm-upstreams " + version}
+	return tiers.Options{Log: log, Scheduler: sched, Queue: queue, Generator: "llm-upstreams " + version}
 }
 
 // runSync runs one pass.
-func runSync(cfg upstreams.Config, log hclog.Logger) int {
+func runSync(cfg tiers.Config, log hclog.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	rep, err := newUpdater(cfg, log).Pass(ctx)
@@ -245,8 +245,8 @@ func runSync(cfg upstreams.Config, log hclog.Logger) int {
 
 // runInit writes the placeholder upstream files a fresh install needs
 // before nginx loads the site (the packages' post-install step).
-func runInit(cfg upstreams.Config, log hclog.Logger, stdout io.Writer) int {
-	wrote, err := upstreams.WritePlaceholders(cfg, "llm-upstreams "+version)
+func runInit(cfg tiers.Config, log hclog.Logger, stdout io.Writer) int {
+	wrote, err := tiers.WritePlaceholders(cfg, "llm-upstreams "+version)
 	for _, p := range wrote {
 		fmt.Fprintf(stdout, "wrote %s (no live endpoint yet: 503 until a pass routes the tier)\n", p)
 	}
@@ -258,7 +258,7 @@ func runInit(cfg upstreams.Config, log hclog.Logger, stdout io.Writer) int {
 }
 
 // runWatch runs passes until SIGTERM or SIGINT; SIGHUP re-reads the config.
-func runWatch(cfg upstreams.Config, path string, log hclog.Logger) int {
+func runWatch(cfg tiers.Config, path string, log hclog.Logger) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
@@ -267,9 +267,9 @@ func runWatch(cfg upstreams.Config, path string, log hclog.Logger) int {
 	hup := make(chan struct{}, 1)
 	go forwardSignals(ctx, sigs, cancel, hup, log)
 	u := newUpdater(cfg, log)
-	var hints *upstreams.Hints
+	var hints *tiers.Hints
 	if cfg.HintListen != "" {
-		h, err := upstreams.ListenHints(cfg.HintListen)
+		h, err := tiers.ListenHints(cfg.HintListen)
 		if err != nil {
 			log.Error("hints", "error", err)
 			return exitFailed
@@ -280,13 +280,13 @@ func runWatch(cfg upstreams.Config, path string, log hclog.Logger) int {
 	}
 	metricsErr := make(chan error, 1)
 	if cfg.Metrics.Listen != "" {
-		go func() { metricsErr <- upstreams.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer(), version) }()
+		go func() { metricsErr <- tiers.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer(), version) }()
 	}
 	watchErr := make(chan error, 1)
 	go func() {
 		notify, every := systemdNotifier(log)
-		watchErr <- u.Watch(ctx, upstreams.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
-			LoadConfig: func() (upstreams.Config, error) { c, err := config.Load(path); return c.Watcher, err }})
+		watchErr <- u.Watch(ctx, tiers.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
+			LoadConfig: func() (tiers.Config, error) { c, err := config.Load(path); return c.Watcher, err }})
 	}()
 	select {
 	case err := <-watchErr:
@@ -334,9 +334,9 @@ func forwardSignals(ctx context.Context, sigs <-chan os.Signal, cancel func(), h
 
 // runReport prints each tier's availability over the window from the
 // availability record in state_dir.
-func runReport(cfg upstreams.Config, since string, asJSON bool, log hclog.Logger, stdout io.Writer) int {
+func runReport(cfg tiers.Config, since string, asJSON bool, log hclog.Logger, stdout io.Writer) int {
 	now := time.Now()
-	from, err := upstreams.ParseSince(since, now)
+	from, err := tiers.ParseSince(since, now)
 	if err != nil {
 		log.Error("report", "error", err)
 		return exitUsage
@@ -345,14 +345,14 @@ func runReport(cfg upstreams.Config, since string, asJSON bool, log hclog.Logger
 		log.Error("report: no state_dir in the config, so nothing is recorded", "config", cfg.Path)
 		return exitFailed
 	}
-	events, bad, err := upstreams.ReadRecord(cfg.StateDir)
+	events, bad, err := tiers.ReadRecord(cfg.StateDir)
 	if err != nil {
 		log.Error("report", "error", err)
 		return exitFailed
 	}
-	rep := upstreams.Availability(events, slices.Sorted(maps.Keys(cfg.Tiers)), from, now)
+	rep := tiers.Availability(events, slices.Sorted(maps.Keys(cfg.Tiers)), from, now)
 	rep.BadLines = bad
-	if err := upstreams.WriteAvailability(stdout, rep, asJSON); err != nil {
+	if err := tiers.WriteAvailability(stdout, rep, asJSON); err != nil {
 		log.Error("report", "error", err)
 		return exitFailed
 	}
@@ -369,7 +369,7 @@ func runStatus(cfg config.Config, o options, log hclog.Logger, stdout io.Writer)
 		log.Error("status", "error", err)
 		return exitFailed
 	}
-	if err := upstreams.WriteStatus(stdout, rep, o.asJSON); err != nil {
+	if err := tiers.WriteStatus(stdout, rep, o.asJSON); err != nil {
 		log.Error("status", "error", err)
 		return exitFailed
 	}

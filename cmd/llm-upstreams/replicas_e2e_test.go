@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 	"slurm-llm/slurm"
 	"slurm-llm/slurm/slurmtest"
 )
@@ -80,7 +80,7 @@ job_name = %[2]q
 test = ["true"]
 reload = ["true"]
 `, w.dir, w.jobName))
-	w.start(tbWriter{t: t}, func(rep upstreams.Report, _ time.Time) {
+	w.start(tbWriter{t: t}, func(rep tiers.Report, _ time.Time) {
 		for _, tr := range rep.Tiers {
 			if tr.Tier == "fast" && tr.ServedBy == "fast" {
 				w.setServers(tr.Servers)

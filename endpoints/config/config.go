@@ -19,12 +19,12 @@ import (
 
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/tomlconf"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
-// Watcher is the watcher's part of the file (upstreams.Config); embedded
+// Watcher is the watcher's part of the file (tiers.Config); embedded
 // in Config under this name, so that its keys read cfg.EndpointDir.
-type Watcher = upstreams.Config
+type Watcher = tiers.Config
 
 // Config is upstreams.toml as its rooms read it. Load fills the defaults;
 // the zero value is not usable.
@@ -71,7 +71,7 @@ func LoadSettings(path string) (Config, error) {
 // parse is Parse with the user lookup given (tests name accounts that
 // the machine running them lacks).
 func parse(path string, b []byte, lookup func(string) (*user.User, error)) (Config, error) {
-	cfg := Config{Watcher: upstreams.DefaultConfig(), Front: front.DefaultConfig()}
+	cfg := Config{Watcher: tiers.DefaultConfig(), Front: front.DefaultConfig()}
 	cfg.Path = path
 	decode := func(d *tomlconf.Decoder) {
 		fields := cfg.Watcher.Fields(d)

@@ -12,7 +12,7 @@ import (
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/nginx"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // anyEnd opts out of the owner and network checks, for cases about other keys.
@@ -154,8 +154,8 @@ func TestConfigDefaults(t *testing.T) {
 		cfg.StateDir, cfg.Outage, cfg.Record, cfg.Stale}
 	want := []any{"/etc/nginx/slurm-llm", []string{"nginx", "-t", "-q"}, []string{"nginx", "-s", "reload"},
 		time.Second, 100 * time.Millisecond, true, "",
-		upstreams.OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
-		upstreams.RecordConfig{MaxSize: 8 << 20}, upstreams.StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute}}
+		tiers.OutageConfig{RetryAfter: 30 * time.Second, RetryAfterMax: time.Hour, ReadySamples: 20},
+		tiers.RecordConfig{MaxSize: 8 << 20}, tiers.StaleConfig{Remove: true, Grace: 10 * time.Minute, Interval: time.Minute}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
 	}

@@ -14,7 +14,7 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/tomlconf"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // Config is the front door's settings, the [front] table of
@@ -184,10 +184,10 @@ func (c *Config) Tier(name string) TierConfig {
 }
 
 // Hold is what the continuation rule weighs of tier name's settings
-// (upstreams.CheckContinuation).
-func (c *Config) Hold(name string) upstreams.FrontHold {
+// (tiers.CheckContinuation).
+func (c *Config) Hold(name string) tiers.FrontHold {
 	t := c.Tier(name)
-	return upstreams.FrontHold{Hold: t.Hold, Continue: t.Continue}
+	return tiers.FrontHold{Hold: t.Hold, Continue: t.Continue}
 }
 
 // Field declares the [front] table's keys, access's tables among them.

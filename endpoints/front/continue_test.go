@@ -15,7 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // answer is a streamed chat answer as the client saw it.
@@ -207,11 +207,11 @@ func TestMovesAStreamOffADrainingHead(t *testing.T) {
 	drainingA := endpoints.Decision{Why: endpoints.WhyDraining, Entry: endpoints.Entry{File: endpoints.FileName("fast", "101"),
 		Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: "101", State: endpoints.StateDraining, Reason: "preempted",
 			LeaseExpires: now.Add(time.Hour)}}}
-	rep := upstreams.Report{Time: now, Live: map[string][]endpoints.Server{"fast": {{Addr: b.addr(), File: endpoints.FileName("fast", "102")}}},
+	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{"fast": {{Addr: b.addr(), File: endpoints.FileName("fast", "102")}}},
 		Decisions: []endpoints.Decision{drainingA, {Live: true, Why: endpoints.WhyReady, Entry: endpoints.Entry{File: endpoints.FileName("fast", "102"),
 			Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: "102", State: endpoints.StateReady, Models: []string{"qwen-a"},
 				LeaseExpires: now.Add(time.Hour)}}}},
-		Views: []upstreams.TierView{{Tier: "fast", State: upstreams.StateRouted, Reason: upstreams.ReasonRouted}}}
+		Views: []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}}
 	r.s.Update(rep)
 	select { // t1 from a: after it, the splicer sees a draining
 	case a.gate <- struct{}{}:

@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // testClock is a clock tests move by hand.
@@ -37,10 +37,10 @@ func TestHoldUnknownCountsFromWhenTheTierStoppedServing(t *testing.T) {
 			Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: "7", State: st, Reason: reason,
 				Models: []string{"qwen-a"}, LeaseExpires: t0.Add(time.Hour)}}}
 	}
-	preempted := upstreams.TierView{Tier: "fast", State: upstreams.StateDown, Reason: upstreams.ReasonPreempted, RetryAfter: 30}
-	pass := func(at time.Duration, view upstreams.TierView, ds ...endpoints.Decision) {
+	preempted := tiers.TierView{Tier: "fast", State: tiers.StateDown, Reason: tiers.ReasonPreempted, RetryAfter: 30}
+	pass := func(at time.Duration, view tiers.TierView, ds ...endpoints.Decision) {
 		clock.set(t0.Add(at))
-		rep := upstreams.Report{Time: t0.Add(at), Views: []upstreams.TierView{view}, Decisions: ds, Live: map[string][]endpoints.Server{}}
+		rep := tiers.Report{Time: t0.Add(at), Views: []tiers.TierView{view}, Decisions: ds, Live: map[string][]endpoints.Server{}}
 		for _, d := range ds {
 			if d.Live {
 				rep.Live["fast"] = append(rep.Live["fast"], endpoints.Server{Addr: "127.0.0.1:1", File: d.File})
@@ -57,7 +57,7 @@ func TestHoldUnknownCountsFromWhenTheTierStoppedServing(t *testing.T) {
 		clock.set(t0.Add(at))
 		got = append(got, step{at, s.verdict("fast", t0.Add(at).Add(30*time.Second)).Hold})
 	}
-	pass(0, upstreams.TierView{Tier: "fast", State: upstreams.StateRouted, Reason: upstreams.ReasonRouted},
+	pass(0, tiers.TierView{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted},
 		file(endpoints.StateReady, "", true))
 	pass(time.Second, preempted, file(endpoints.StateDraining, "preempted", false)) // the notice: the drain begins
 	ask(10 * time.Second)

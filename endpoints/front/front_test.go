@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"slurm-llm/endpoints/promtest"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 func TestRoutesByModel(t *testing.T) {
@@ -125,7 +125,7 @@ func TestStreamIsFlushedChunkByChunk(t *testing.T) {
 func TestHeldRequestsGoInArrivalOrderWhenTheTierIsRouted(t *testing.T) {
 	r := newRig(t, nil)
 	h := newTestHead(t, "reasoning", "102", "OR1-Behemoth")
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}})
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonStarting}})
 	r.s.mu.Lock()
 	r.s.learned["OR1-Behemoth"] = "reasoning" // as a starting file would have named it
 	r.s.mu.Unlock()
@@ -162,7 +162,7 @@ func TestHeldRequestsGoInArrivalOrderWhenTheTierIsRouted(t *testing.T) {
 func TestNotBackInTimeIsAnsweredAtOnce(t *testing.T) {
 	r := newRig(t, nil)
 	back := time.Now().Add(time.Hour).Truncate(time.Second)
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonPreempted,
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonPreempted,
 		ExpectedBack: &back, RetryAfter: 3600}})
 	r.s.cfg.Load().Tiers["reasoning"] = TierConfig{Hold: time.Minute, MaxHeld: 4, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	code, hdr, body := r.do("OR1-Behemoth", "x")
@@ -173,7 +173,7 @@ func TestNotBackInTimeIsAnsweredAtOnce(t *testing.T) {
 		Reason       string `json:"reason"`
 		ExpectedBack string `json:"expected_back"`
 	}
-	if err := json.Unmarshal([]byte(body), &doc); err != nil || doc.Reason != upstreams.ReasonPreempted ||
+	if err := json.Unmarshal([]byte(body), &doc); err != nil || doc.Reason != tiers.ReasonPreempted ||
 		doc.ExpectedBack != back.UTC().Format(time.RFC3339) {
 		t.Errorf("body %s: want the view's reason and expected_back", body)
 	}
@@ -186,7 +186,7 @@ func TestHoldEndsAtItsDeadlineOrWhenTheViewSaysNo(t *testing.T) {
 	r := newRig(t, func(c *Config) {
 		c.Tiers["reasoning"] = TierConfig{Hold: time.Hour, MaxHeld: 8, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	})
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}})
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonStarting}})
 	code, _, _ := r.do("OR1-Behemoth", "x", HoldHeader, "50ms")
 	if code != http.StatusServiceUnavailable || !strings.Contains(r.accessLog(), `why="held until the request's hold ended"`) {
 		t.Errorf("a hold of 50ms: got %d, log:\n%s", code, r.accessLog())
@@ -198,7 +198,7 @@ func TestHoldEndsAtItsDeadlineOrWhenTheViewSaysNo(t *testing.T) {
 	}()
 	waitFor(t, "the request held", func() bool { return r.held("reasoning") == 1 })
 	back := time.Now().Add(2 * time.Hour)
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonPreempted, ExpectedBack: &back}})
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonPreempted, ExpectedBack: &back}})
 	if code := <-done; code != http.StatusServiceUnavailable {
 		t.Errorf("after the view said 2 h: got %d, want 503 at once", code)
 	}
@@ -208,7 +208,7 @@ func TestHoldIsBounded(t *testing.T) {
 	r := newRig(t, func(c *Config) {
 		c.Tiers["reasoning"] = TierConfig{Hold: time.Hour, MaxHeld: 1, MaxHeldBytes: 1 << 20, Models: []string{"OR1-Behemoth"}}
 	})
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}})
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonStarting}})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.srv.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"OR1-Behemoth","messages":[]}`))
@@ -308,7 +308,7 @@ func TestKeptAliveConnectionsSurviveRoutingChanges(t *testing.T) {
 		defer changes.Done()
 		for i := 0; i < 100; i++ {
 			if i%2 == 0 {
-				r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonReplanning}}, fast)
+				r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonReplanning}}, fast)
 			} else {
 				r.route(nil, fast, reas)
 			}
@@ -343,7 +343,7 @@ func TestBackupModelOnlyWhereConfigured(t *testing.T) {
 			Models: []string{"OR1-Behemoth"}, BackupModel: "qwen-a"}
 	})
 	fast := newTestHead(t, "fast", "101", "qwen-a")
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonDisabled}}, fast)
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonDisabled}}, fast)
 	code, hdr, body := r.do("OR1-Behemoth", "x")
 	if code != http.StatusOK || hdr.Get(TierHeader) != "fast" || !strings.Contains(body, `"model":"qwen-a"`) {
 		t.Errorf("backup: got %d tier %q %s; want qwen-a's answer from tier fast", code, hdr.Get(TierHeader), body)
@@ -414,7 +414,7 @@ func TestMetricFamiliesGolden(t *testing.T) {
 	})
 	bad, good := newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "fast", "103", "qwen-a")
 	bad.setMode("503")
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonStarting}}, bad, good)
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonStarting}}, bad, good)
 	for i := 0; i < 3; i++ {
 		r.do("qwen-a", "x")
 	}

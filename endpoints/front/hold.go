@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // queue is one tier's held requests, in arrival order. The dispatcher
@@ -82,7 +82,7 @@ func (g grant) pass() {
 
 // refusal is why a request gets the front door's own 503.
 type refusal struct {
-	view upstreams.TierView
+	view tiers.TierView
 	// why is for the log; busy is set when the tier's queue was full.
 	why  string
 	busy bool

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // maxAttempts bounds the heads one request is sent to: each failed before
@@ -252,7 +252,7 @@ func (cw *clientWriter) Unwrap() http.ResponseWriter { return cw.ResponseWriter 
 // expected back) as nginx gives it, with Retry-After.
 func (s *Server) unavailable(w http.ResponseWriter, c *call, ref *refusal) {
 	v := ref.view
-	body := upstreams.UnavailableBody(v)
+	body := tiers.UnavailableBody(v)
 	retry := v.RetryAfter
 	if ref.busy {
 		body = busyBody(v.Tier)

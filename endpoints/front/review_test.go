@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // A review's probes (issue 27's edges and issue 28's wiring), kept as
@@ -91,7 +91,7 @@ func TestBackupStreamIsReadLikeAnyOther(t *testing.T) {
 			Models: []string{"OR1-Behemoth"}, BackupModel: "qwen-a"}
 	})
 	fast := newTestHead(t, "fast", "101", "qwen-a")
-	r.route([]upstreams.TierView{{Tier: "reasoning", State: upstreams.StateDown, Reason: upstreams.ReasonDisabled}}, fast)
+	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonDisabled}}, fast)
 	code, body := r.streamRawBody("/v1/chat/completions", `{"model":"OR1-Behemoth","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // The tests run the front door in process (an httptest server) over heads
@@ -368,9 +368,9 @@ func newRig(t testing.TB, edit func(*Config)) *rig {
 
 // route feeds the front door a pass: heads routed (each its tier's, ready
 // and live), views for the tiers down (a tier with heads is routed).
-func (r *rig) route(down []upstreams.TierView, heads ...*testHead) {
+func (r *rig) route(down []tiers.TierView, heads ...*testHead) {
 	now := time.Now()
-	rep := upstreams.Report{Time: now, Live: map[string][]endpoints.Server{}}
+	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
 	routed := map[string]bool{}
 	for _, h := range heads {
 		d := endpoints.Decision{Live: true, Why: endpoints.WhyReady, Entry: endpoints.Entry{
@@ -382,7 +382,7 @@ func (r *rig) route(down []upstreams.TierView, heads ...*testHead) {
 		routed[h.tier] = true
 	}
 	for tier := range routed {
-		rep.Views = append(rep.Views, upstreams.TierView{Tier: tier, State: upstreams.StateRouted, Reason: upstreams.ReasonRouted})
+		rep.Views = append(rep.Views, tiers.TierView{Tier: tier, State: tiers.StateRouted, Reason: tiers.ReasonRouted})
 	}
 	rep.Views = append(rep.Views, down...)
 	r.s.Update(rep)

@@ -15,7 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/access"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // Options are what a Server needs besides its config. Nil fields get the
@@ -91,7 +91,7 @@ func New(cfg Config, opts Options) *Server {
 	s.cfg.Store(&cfg)
 	heads := func() []*head { return s.tab.Load().allHeads() }
 	s.metrics.heads.Store(&heads)
-	s.tab.Store(&table{heads: map[string][]*head{}, views: map[string]upstreams.TierView{}})
+	s.tab.Store(&table{heads: map[string][]*head{}, views: map[string]tiers.TierView{}})
 	s.catalog.Store(&map[string]string{})
 	s.rp = s.newProxy()
 	if opts.AccessLog != nil {
@@ -151,18 +151,18 @@ func (s *Server) tierCfg(tier string) TierConfig { return s.cfg.Load().Tier(tier
 
 // view is tier's view in the current table; a tier the passes never saw
 // is down for an unknown reason.
-func (s *Server) view(tier string) upstreams.TierView {
+func (s *Server) view(tier string) tiers.TierView {
 	if v, ok := s.tab.Load().views[tier]; ok {
 		return v
 	}
-	return upstreams.TierView{Tier: tier, State: upstreams.StateDown, Reason: upstreams.ReasonNoEndpoint,
+	return tiers.TierView{Tier: tier, State: tiers.StateDown, Reason: tiers.ReasonNoEndpoint,
 		RetryAfter: int(DefaultTier.Hold / time.Second)}
 }
 
 // Update takes one pass's report (the updater's Options.Routes): a new
 // table replaces the old at once, the model catalogue learns what the
 // files list, and every held request is looked at again.
-func (s *Server) Update(rep upstreams.Report) {
+func (s *Server) Update(rep tiers.Report) {
 	s.mu.Lock()
 	t, heads := buildTable(rep, s.heads)
 	fresh := false

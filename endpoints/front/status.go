@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // Status is what the front door routes now, for operators (GET /status on
@@ -21,7 +21,7 @@ type Status struct {
 // TierStatus is one tier in Status.
 type TierStatus struct {
 	Tier  string             `json:"tier"`
-	View  upstreams.TierView `json:"view"`
+	View  tiers.TierView `json:"view"`
 	Heads []HeadStatus       `json:"heads"`
 	// Draining are the files of heads that drain: their requests finish,
 	// nothing new goes there.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // head is one routed llama-server head as the front door keeps it across
@@ -84,7 +84,7 @@ func (h *head) failing(now time.Time) bool { return now.UnixNano() < h.failedUnt
 type table struct {
 	at    time.Time
 	heads map[string][]*head // tier → heads routed to its own endpoints, by key
-	views map[string]upstreams.TierView
+	views map[string]tiers.TierView
 	// draining are, per tier, the heads whose file says draining (their
 	// requests in flight finish; nothing new goes there); drainingFiles
 	// the same files as a set.
@@ -98,8 +98,8 @@ type table struct {
 // buildTable makes the table of a pass. Heads already known (by key) are
 // reused, so their counters and model lists carry over; the returned map
 // holds the heads of this table only.
-func buildTable(rep upstreams.Report, known map[string]*head) (*table, map[string]*head) {
-	t := &table{at: rep.Time, heads: map[string][]*head{}, views: map[string]upstreams.TierView{},
+func buildTable(rep tiers.Report, known map[string]*head) (*table, map[string]*head) {
+	t := &table{at: rep.Time, heads: map[string][]*head{}, views: map[string]tiers.TierView{},
 		draining: map[string][]string{}, drainingFiles: map[string]bool{}, fileModels: map[string][]string{}}
 	byFile := map[string]endpoints.Decision{}
 	for _, d := range rep.Decisions {

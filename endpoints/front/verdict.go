@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"slurm-llm/endpoints/upstreams"
+	"slurm-llm/endpoints/tiers"
 )
 
 // Verdict says whether a request whose tier has no head for its model
@@ -20,7 +20,7 @@ type Verdict struct {
 // HoldInput is everything the hold rule reads.
 type HoldInput struct {
 	// View is the tier's view from the last pass (reason, expected back).
-	View upstreams.TierView
+	View tiers.TierView
 	// ReasonFor is how long the tier's view has given its present reason
 	// while the tier served nothing: no head, none draining (0 while it
 	// has one: its heads failed before answering, or a drain's requests
@@ -52,7 +52,7 @@ func Decide(in HoldInput) Verdict {
 	switch {
 	case !in.Deadline.After(in.Now):
 		return Verdict{Why: "no hold: the request's hold is over"}
-	case v.State == upstreams.StateRouted:
+	case v.State == tiers.StateRouted:
 		// Routed, but its heads failed before answering (refused, reset,
 		// loading): they are skipped for fail_timeout, or the next pass
 		// takes them out.
@@ -64,7 +64,7 @@ func Decide(in HoldInput) Verdict {
 			return Verdict{Why: "no hold: expected back after the request's hold ends"}
 		}
 		return Verdict{Hold: true, Why: "expected back within the hold"}
-	case v.Reason == upstreams.ReasonStarting || v.Reason == upstreams.ReasonReplanning || v.Overdue:
+	case v.Reason == tiers.ReasonStarting || v.Reason == tiers.ReasonReplanning || v.Overdue:
 		return Verdict{Hold: true, Why: "back in seconds: " + v.Reason}
 	case in.ReasonFor < in.HoldUnknown:
 		return Verdict{Hold: true, Why: "no estimate yet, early in the outage: " + v.Reason}
@@ -76,7 +76,7 @@ func Decide(in HoldInput) Verdict {
 // itself soon: a person must act, or its job ended.
 func final(reason string) bool {
 	switch reason {
-	case upstreams.ReasonDisabled, upstreams.ReasonHeld, upstreams.ReasonNotQueued, upstreams.ReasonRefused:
+	case tiers.ReasonDisabled, tiers.ReasonHeld, tiers.ReasonNotQueued, tiers.ReasonRefused:
 		return true
 	}
 	return strings.HasPrefix(reason, "disabled") || strings.HasPrefix(reason, "held") ||
