@@ -18,8 +18,8 @@ import (
 	"slices"
 
 	"slurm-llm/endpoints/front"
-	"slurm-llm/endpoints/tomlconf"
 	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tomlconf"
 )
 
 // Watcher is the watcher's part of the file (tiers.Config); embedded

@@ -13,8 +13,8 @@ import (
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/access"
-	"slurm-llm/endpoints/tomlconf"
 	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tomlconf"
 )
 
 // Config is the front door's settings, the [front] table of

@@ -20,9 +20,9 @@ type Status struct {
 
 // TierStatus is one tier in Status.
 type TierStatus struct {
-	Tier  string             `json:"tier"`
+	Tier  string         `json:"tier"`
 	View  tiers.TierView `json:"view"`
-	Heads []HeadStatus       `json:"heads"`
+	Heads []HeadStatus   `json:"heads"`
 	// Draining are the files of heads that drain: their requests finish,
 	// nothing new goes there.
 	Draining []string `json:"draining,omitempty"`
