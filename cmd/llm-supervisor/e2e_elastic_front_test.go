@@ -103,7 +103,7 @@ models = ["/models/e2e.gguf"]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fd := front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger()})
-	u := tiers.New(cfg.Watcher, tiers.Options{Log: hclog.NewNullLogger(), Routes: fd.Update})
+	u := tiers.New(cfg.Watcher, tiers.Options{Log: hclog.NewNullLogger(), Consumers: []tiers.Consumer{fd}, ReadOnly: true})
 	ln, err := net.Listen("tcp", cfg.Front.Listen)
 	if err != nil {
 		b.Fatal(err)

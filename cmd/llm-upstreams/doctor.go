@@ -32,7 +32,7 @@ func runDoctor(cfg config.Config, asJSON bool, log hclog.Logger, stdout io.Write
 
 // doctorController is what the doctor takes from upstreams.toml.
 func doctorController(cfg config.Config) doctor.Controller {
-	c := doctor.Controller{EndpointDir: cfg.EndpointDir, OutputDir: cfg.OutputDir,
+	c := doctor.Controller{EndpointDir: cfg.EndpointDir, OutputDir: cfg.Nginx.OutputDir,
 		StateDirs: []string{cfg.StateDir}, HintListen: cfg.HintListen, Nginx: cfg.Nginx.Test}
 	if !cfg.AllowAnyOwner {
 		c.AllowedOwners = cfg.AllowedOwners

@@ -7,14 +7,15 @@ import (
 
 	"slurm-llm/cmd/internal/doctor"
 	"slurm-llm/endpoints/config"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tiers"
 )
 
 // The doctor checks the directories and ports the loaded config names,
 // and asks for Slurm accounting only when the front door needs it.
 func TestDoctorController(t *testing.T) {
-	base := config.Config{Watcher: tiers.Config{EndpointDir: "/e", OutputDir: "/etc/nginx/slurm-llm", StateDir: "/var/lib/slurm-llm/upstreams",
-		AllowedOwners: []string{"slurm-llm"}, HintListen: ":9466"}}
+	base := config.Config{Watcher: tiers.Config{EndpointDir: "/e", StateDir: "/var/lib/slurm-llm/upstreams",
+		AllowedOwners: []string{"slurm-llm"}, HintListen: ":9466"}, Nginx: nginx.Config{OutputDir: "/etc/nginx/slurm-llm"}}
 	withFront := func(mode string, accounts bool, weights string) config.Config {
 		c := base
 		c.Front.Listen, c.Front.StateDir, c.Front.HintListen = "127.0.0.1:8090", "/var/lib/slurm-llm/front", ""

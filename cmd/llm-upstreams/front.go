@@ -95,15 +95,15 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 
 	fd := front.New(cfg.Front, front.Options{Log: log.Named("front"), AccessLog: accessOut, Access: users})
 	first := make(chan struct{})
-	routes := func(rep tiers.Report) {
-		fd.Update(rep)
+	firstPass := tiers.ConsumerFunc(func(context.Context, *tiers.Report) error {
 		select {
 		case <-first:
 		default:
 			close(first)
 		}
-	}
-	u := newFrontUpdater(cfg.Watcher, log, routes)
+		return nil
+	})
+	u := newFrontUpdater(cfg.Watcher, log, fd, firstPass)
 	warnContinuation(u.ContinueFacts(cfg.Front.Hold, cfg.Front.HoldUnknown), log)
 	hints, err := listenFrontHints(cfg.Front.HintListen, log)
 	if err != nil {
@@ -170,11 +170,12 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 }
 
 // newFrontUpdater is newUpdater for the front door: the same checks, its
-// passes routed in memory.
-func newFrontUpdater(cfg tiers.Config, log hclog.Logger, routes func(tiers.Report)) *tiers.Updater {
+// passes read-only, routed in memory by the consumers (the front door's
+// table first).
+func newFrontUpdater(cfg tiers.Config, log hclog.Logger, consumers ...tiers.Consumer) *tiers.Updater {
 	warnUnsafeDir(cfg, log)
 	opts := updaterOptions(cfg, log)
-	opts.Routes = routes
+	opts.Consumers, opts.ReadOnly = consumers, true
 	return tiers.New(cfg, opts)
 }
 

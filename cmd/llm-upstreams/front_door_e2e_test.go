@@ -24,7 +24,7 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
-	"slurm-llm/endpoints/tiers/nginxtest"
+	"slurm-llm/endpoints/nginx/nginxtest"
 )
 
 // A world for the front door's edges (issue 27) as a user meets them: the

@@ -28,8 +28,8 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
+	"slurm-llm/endpoints/nginx/nginxtest"
 	"slurm-llm/endpoints/tiers"
-	"slurm-llm/endpoints/tiers/nginxtest"
 	"slurm-llm/slurm/slurmtest"
 )
 
@@ -253,16 +253,17 @@ func (w *frontWorld) startFront(cfg config.Config) {
 	w.t.Helper()
 	w.fd = front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger(), AccessLog: &accessLog{w: w}})
 	var last atomic.Value
+	count := tiers.ConsumerFunc(func(_ context.Context, rep *tiers.Report) error {
+		w.passes.Add(1)
+		key := routedKey(*rep)
+		if prev, _ := last.Load().(string); prev != key {
+			last.Store(key)
+			w.routings.Add(1)
+		}
+		return nil
+	})
 	u := tiers.New(cfg.Watcher, tiers.Options{Log: hclog.NewNullLogger(), Scheduler: slurmJobs{c: w.c}, Queue: w.c,
-		Routes: func(rep tiers.Report) {
-			w.fd.Update(rep)
-			w.passes.Add(1)
-			key := routedKey(rep)
-			if prev, _ := last.Load().(string); prev != key {
-				last.Store(key)
-				w.routings.Add(1)
-			}
-		}})
+		Consumers: []tiers.Consumer{w.fd, count}, ReadOnly: true})
 	ln, err := net.Listen("tcp", cfg.Front.Listen)
 	if err != nil {
 		w.t.Fatal(err)

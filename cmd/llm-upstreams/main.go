@@ -37,6 +37,7 @@ import (
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tiers"
 	"slurm-llm/slurm"
 )
@@ -185,15 +186,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "sync":
-		return runSync(cfg.Watcher, log)
+		return runSync(cfg, log)
 	case "watch":
-		return runWatch(cfg.Watcher, o.config, log)
+		return runWatch(cfg, o.config, log)
 	case "front":
 		return runFront(cfg, o.config, log)
 	case "status":
 		return runStatus(cfg, o, log, stdout)
 	case "init":
-		return runInit(cfg.Watcher, log, stdout)
+		return runInit(cfg, log, stdout)
 	case "doctor":
 		return runDoctor(cfg, o.asJSON, log, stdout)
 	default: // report
@@ -201,11 +202,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// newUpdater wires the real scheduler, resolver and nginx runner.
-func newUpdater(cfg tiers.Config, log hclog.Logger) *tiers.Updater {
+// newUpdater wires the real scheduler and resolver, and the consumers
+// that take its passes (none for status, which only evaluates).
+func newUpdater(cfg tiers.Config, log hclog.Logger, consumers ...tiers.Consumer) *tiers.Updater {
 	warnUnsafeDir(cfg, log)
-	return tiers.New(cfg, updaterOptions(cfg, log))
+	opts := updaterOptions(cfg, log)
+	opts.Consumers = consumers
+	return tiers.New(cfg, opts)
 }
+
+// newSite is the watcher's nginx consumer.
+func newSite(cfg nginx.Config, log hclog.Logger) *nginx.Site {
+	return nginx.NewSite(cfg, generator(), nil, log)
+}
+
+// generator names this program in the files it writes.
+func generator() string { return "llm-upstreams " + version }
 
 // warnUnsafeDir warns when the endpoint directory is one others can
 // write (or a symlink): every file is still checked, but anyone could
@@ -227,14 +239,14 @@ func updaterOptions(cfg tiers.Config, log hclog.Logger) tiers.Options {
 		c := &slurm.Client{Timeout: cfg.Scheduler.Timeout}
 		sched, queue = slurmJobs{c: c}, c
 	}
-	return tiers.Options{Log: log, Scheduler: sched, Queue: queue, Generator: "llm-upstreams " + version}
+	return tiers.Options{Log: log, Scheduler: sched, Queue: queue}
 }
 
 // runSync runs one pass.
-func runSync(cfg tiers.Config, log hclog.Logger) int {
+func runSync(cfg config.Config, log hclog.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	rep, err := newUpdater(cfg, log).Pass(ctx)
+	rep, err := newUpdater(cfg.Watcher, log, newSite(cfg.Nginx, log)).Pass(ctx)
 	if err != nil {
 		return exitFailed
 	}
@@ -245,8 +257,12 @@ func runSync(cfg tiers.Config, log hclog.Logger) int {
 
 // runInit writes the placeholder upstream files a fresh install needs
 // before nginx loads the site (the packages' post-install step).
-func runInit(cfg tiers.Config, log hclog.Logger, stdout io.Writer) int {
-	wrote, err := tiers.WritePlaceholders(cfg, "llm-upstreams "+version)
+func runInit(cfg config.Config, log hclog.Logger, stdout io.Writer) int {
+	var specs []nginx.TierSpec
+	for _, t := range cfg.TierSpecs() {
+		specs = append(specs, nginx.TierSpec{Name: t.Name, Backup: t.Backup, RetryAfter: t.RetryAfter})
+	}
+	wrote, err := nginx.WritePlaceholders(cfg.Nginx, specs, cfg.EndpointDir, generator())
 	for _, p := range wrote {
 		fmt.Fprintf(stdout, "wrote %s (no live endpoint yet: 503 until a pass routes the tier)\n", p)
 	}
@@ -258,7 +274,7 @@ func runInit(cfg tiers.Config, log hclog.Logger, stdout io.Writer) int {
 }
 
 // runWatch runs passes until SIGTERM or SIGINT; SIGHUP re-reads the config.
-func runWatch(cfg tiers.Config, path string, log hclog.Logger) int {
+func runWatch(cfg config.Config, path string, log hclog.Logger) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
@@ -266,7 +282,8 @@ func runWatch(cfg tiers.Config, path string, log hclog.Logger) int {
 	defer signal.Stop(sigs)
 	hup := make(chan struct{}, 1)
 	go forwardSignals(ctx, sigs, cancel, hup, log)
-	u := newUpdater(cfg, log)
+	site := newSite(cfg.Nginx, log)
+	u := newUpdater(cfg.Watcher, log, site)
 	var hints *tiers.Hints
 	if cfg.HintListen != "" {
 		h, err := tiers.ListenHints(cfg.HintListen)
@@ -286,7 +303,13 @@ func runWatch(cfg tiers.Config, path string, log hclog.Logger) int {
 	go func() {
 		notify, every := systemdNotifier(log)
 		watchErr <- u.Watch(ctx, tiers.WatchOptions{Reload: hup, Hints: hints, Notify: notify, WatchdogInterval: every,
-			LoadConfig: func() (tiers.Config, error) { c, err := config.Load(path); return c.Watcher, err }})
+			LoadConfig: func() (tiers.Config, error) {
+				c, err := config.Load(path)
+				if err == nil {
+					site.SetConfig(c.Nginx)
+				}
+				return c.Watcher, err
+			}})
 	}()
 	select {
 	case err := <-watchErr:
@@ -364,11 +387,12 @@ func runReport(cfg tiers.Config, since string, asJSON bool, log hclog.Logger, st
 func runStatus(cfg config.Config, o options, log hclog.Logger, stdout io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	rep, _, err := newUpdater(cfg.Watcher, log).Evaluate(ctx)
+	rep, err := newUpdater(cfg.Watcher, log).Evaluate(ctx)
 	if err != nil {
 		log.Error("status", "error", err)
 		return exitFailed
 	}
+	newSite(cfg.Nginx, log).Describe(&rep, nil, false)
 	if err := tiers.WriteStatus(stdout, rep, o.asJSON); err != nil {
 		log.Error("status", "error", err)
 		return exitFailed

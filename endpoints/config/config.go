@@ -1,7 +1,8 @@
 // Package config loads upstreams.toml, the controller's one file, and
 // hands each table to the room that owns it: the watcher's keys (the top
-// level, [tiers], [nginx], [scheduler], [metrics], [outage], [record],
-// [stale]) to package upstreams, [front] to package front, whose
+// level, [tiers], [scheduler], [metrics], [outage], [record],
+// [stale]) to package tiers, output_dir and [nginx] to package nginx,
+// [front] to package front, whose
 // [front.auth], [front.usage], [front.fair_share] and [front.limits] are
 // package access's. Each room declares and checks its own keys; here they
 // are put together under the loader every config shares (tomlconf), so an
@@ -18,6 +19,7 @@ import (
 	"slices"
 
 	"slurm-llm/endpoints/front"
+	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tiers"
 	"slurm-llm/endpoints/tomlconf"
 )
@@ -30,6 +32,8 @@ type Watcher = tiers.Config
 // the zero value is not usable.
 type Config struct {
 	Watcher
+	// Nginx is output_dir and [nginx]: the nginx room's keys.
+	Nginx nginx.Config
 	// Front is [front]: the front door's settings (llm-upstreams front),
 	// access's tables among them.
 	Front front.Config
@@ -71,15 +75,17 @@ func LoadSettings(path string) (Config, error) {
 // parse is Parse with the user lookup given (tests name accounts that
 // the machine running them lacks).
 func parse(path string, b []byte, lookup func(string) (*user.User, error)) (Config, error) {
-	cfg := Config{Watcher: tiers.DefaultConfig(), Front: front.DefaultConfig()}
+	cfg := Config{Watcher: tiers.DefaultConfig(), Nginx: nginx.DefaultConfig(), Front: front.DefaultConfig()}
 	cfg.Path = path
 	decode := func(d *tomlconf.Decoder) {
 		fields := cfg.Watcher.Fields(d)
+		maps.Copy(fields, cfg.Nginx.Fields(d))
 		fields["front"] = cfg.Front.Field(d)
 		d.Root(fields)
 	}
 	check := func(d *tomlconf.Decoder) {
 		cfg.Watcher.Check(d, lookup)
+		cfg.Nginx.Check(d, slices.Sorted(maps.Keys(cfg.Tiers)))
 		cfg.Front.Check(d, slices.Sorted(maps.Keys(cfg.Tiers)), cfg.StateDir)
 	}
 	if err := tomlconf.Decode(path, b, decode, check); err != nil {

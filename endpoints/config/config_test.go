@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -136,12 +135,12 @@ func TestShippedConfig(t *testing.T) {
 		t.Errorf("shipped config is not deny-by-default: uids (-want +got):\n%s networks %v any owner %v any network %v",
 			d, cfg.AllowedPrefixes, cfg.AllowAnyOwner, cfg.AllowAnyNetwork)
 	}
-	want := []nginx.TierSpec{{Name: "fast", RetryAfter: 30}, {Name: "reasoning", Backup: "fast", RetryAfter: 30}}
+	want := []tiers.TierSpec{{Name: "fast", RetryAfter: 30}, {Name: "reasoning", Backup: "fast", RetryAfter: 30}}
 	if d := cmp.Diff(want, cfg.TierSpecs()); d != "" {
 		t.Errorf("tiers (-want +got):\n%s", d)
 	}
-	if cfg.SweepInterval != time.Second || cfg.OutputDir != "/etc/nginx/slurm-llm" {
-		t.Errorf("sweep %v output %s", cfg.SweepInterval, cfg.OutputDir)
+	if cfg.SweepInterval != time.Second || cfg.Nginx.OutputDir != "/etc/nginx/slurm-llm" {
+		t.Errorf("sweep %v output %s", cfg.SweepInterval, cfg.Nginx.OutputDir)
 	}
 }
 
@@ -150,7 +149,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{cfg.OutputDir, cfg.Nginx.Test, cfg.Nginx.Reload, cfg.SweepInterval, cfg.Coalesce, cfg.Scheduler.Check,
+	got := []any{cfg.Nginx.OutputDir, cfg.Nginx.Test, cfg.Nginx.Reload, cfg.SweepInterval, cfg.Coalesce, cfg.Scheduler.Check,
 		cfg.StateDir, cfg.Outage, cfg.Record, cfg.Stale}
 	want := []any{"/etc/nginx/slurm-llm", []string{"nginx", "-t", "-q"}, []string{"nginx", "-s", "reload"},
 		time.Second, 100 * time.Millisecond, true, "",

@@ -22,7 +22,7 @@ import (
 
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/tiers/nginxtest"
+	"slurm-llm/endpoints/nginx/nginxtest"
 )
 
 // The front door's speed and footprint, each against the same heads

@@ -159,9 +159,16 @@ func (s *Server) view(tier string) tiers.TierView {
 		RetryAfter: int(DefaultTier.Hold / time.Second)}
 }
 
-// Update takes one pass's report (the updater's Options.Routes): a new
-// table replaces the old at once, the model catalogue learns what the
-// files list, and every held request is looked at again.
+// Consume implements tiers.Consumer: the front door is a consumer of the
+// core's passes, as nginx is (Update).
+func (s *Server) Consume(_ context.Context, rep *tiers.Report) error {
+	s.Update(*rep)
+	return nil
+}
+
+// Update takes one pass's report: a new table replaces the old at once,
+// the model catalogue learns what the files list, and every held request
+// is looked at again.
 func (s *Server) Update(rep tiers.Report) {
 	s.mu.Lock()
 	t, heads := buildTable(rep, s.heads)

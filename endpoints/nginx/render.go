@@ -1,11 +1,14 @@
-// Package nginx is the controller's nginx room: it renders each configured
-// tier's upstream file from the live servers of a pass (Render: the
-// upstream, its $..._live, $..._served_by and $..._retry_after
-// variables), names the files and nginx identifiers, and keeps the output
-// sorted and stable so that nothing reloads for nothing. Applying the
-// files (nginx -t, reload, the last good files) is still in
-// endpoints/upstreams (issue 36). The endpoint file format it reads from
-// is package endpoints'.
+// Package nginx is the controller's nginx room, a consumer of the core's
+// passes (endpoints/tiers): Site renders each configured tier's upstream
+// file from a pass's report (Render: the upstream, its $..._live,
+// $..._served_by and $..._retry_after variables, sorted and stable so that
+// nothing reloads for nothing), applies the set (Applier: nginx -t, reload
+// only on change, the last good files kept on a failure) and writes each
+// tier's 503 body beside it. It reads its own keys of upstreams.toml
+// (Config: output_dir and [nginx]) and writes the placeholder files a
+// fresh install needs (WritePlaceholders, llm-upstreams init). Nothing of
+// the front door or of access is here, and the front door never imports
+// it.
 package nginx
 
 import (

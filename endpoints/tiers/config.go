@@ -1,16 +1,20 @@
-// Package upstreams is the controller side of slurm-llm: it turns the
-// endpoint directory into nginx upstream files (rendered by
-// endpoints/nginx) and applies them safely (nginx -t, atomic swap, reload,
-// rollback), once (sync) or continuously (watch), or hands each pass's
-// report to the front door (Options.Routes). For each tier it keeps a view (why it is not routed and when it
-// is expected back: the 503's body and Retry-After), and watch keeps an
-// availability record (report) and removes the endpoint files of jobs gone.
-// It reads its own keys of upstreams.toml (Config: all but [front], which
-// is package front's; endpoints/config loads the file) and follows the
-// keeper's file through keeper.Follower. cmd/llm-upstreams only wires
-// flags, signals and the logger to it. It reads jobs' files and asks Slurm
-// about jobs; it never submits, releases, cancels or signals a job
-// (endpoints/keeper does).
+// Package tiers is the controller's core: one pass over the endpoint
+// directory and the scheduler's answers (scan.go, scheduler.go,
+// tierask.go, fences.go) makes a Report: what is live, the decisions on
+// each file, and each tier's view (tierview.go, views.go: routed or why
+// not, its job and its preemptor, when it is expected back), with each
+// tier's memory kept across restarts (tiermem.go, continuity.go). The pass
+// hands the report to its consumers (consumer.go): the watcher's nginx
+// (endpoints/nginx) and the front door (endpoints/front) take it the same
+// way, and this package imports neither. Watch runs passes on file events,
+// hints and sweeps; the watcher's passes also keep the availability record
+// (record.go, report.go) and remove the endpoint files of jobs gone
+// (stale.go). It reads its own keys of upstreams.toml (Config: the top
+// level, [tiers], [scheduler], [metrics], [outage], [record], [stale];
+// endpoints/config loads the file) and follows the keeper's file through
+// keeper.Follower. It reads jobs' files and asks Slurm about jobs; it
+// never submits, releases, cancels or signals a job (endpoints/keeper
+// does), and never runs nginx.
 package tiers
 
 import (
@@ -27,7 +31,6 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tomlconf"
 )
 
@@ -39,8 +42,6 @@ import (
 type Config struct {
 	// EndpointDir is the shared directory jobs publish endpoint files into.
 	EndpointDir string
-	// OutputDir receives upstream-<tier>.conf; the nginx site includes them.
-	OutputDir string
 	// LockFile serialises passes of every llm-upstreams process (flock).
 	LockFile string
 	// AllowedOwners are user names or numeric uids whose endpoint files are
@@ -77,8 +78,6 @@ type Config struct {
 	LockTimeout time.Duration
 	// Tiers maps tier name to its settings; each gets a file even when empty.
 	Tiers map[string]TierConfig
-	// Nginx holds the commands that test and reload nginx.
-	Nginx NginxConfig
 	// Scheduler says whether and how Slurm is asked about jobs.
 	Scheduler SchedulerConfig
 	// Metrics says where Prometheus figures go.
@@ -143,13 +142,6 @@ type StaleConfig struct {
 	Interval time.Duration
 }
 
-// NginxConfig holds argv (no shell) for testing and reloading nginx.
-type NginxConfig struct {
-	Test    []string
-	Reload  []string
-	Timeout time.Duration
-}
-
 // SchedulerConfig says whether endpoints are checked against Slurm.
 type SchedulerConfig struct {
 	// Check enables the squeue call for the jobs of ready entries.
@@ -174,7 +166,6 @@ type MetricsConfig struct {
 
 // Defaults used by Load for keys left out.
 var defaultConfig = Config{
-	OutputDir:      "/etc/nginx/slurm-llm",
 	LockFile:       "/run/llm-upstreams/lock",
 	MaxFileSize:    endpoints.DefaultMaxFileSize,
 	MaxFiles:       DefaultMaxFiles,
@@ -183,11 +174,6 @@ var defaultConfig = Config{
 	Coalesce:       100 * time.Millisecond,
 	ResolveTimeout: 2 * time.Second,
 	LockTimeout:    60 * time.Second,
-	Nginx: NginxConfig{
-		Test:    []string{"nginx", "-t", "-q"},
-		Reload:  []string{"nginx", "-s", "reload"},
-		Timeout: 30 * time.Second,
-	},
 	Scheduler: SchedulerConfig{Check: true, Timeout: 10 * time.Second, MaxAge: 5 * time.Second,
 		BackoffMax: 60 * time.Second},
 	KeeperConfig: DefaultKeeperConfig,
@@ -204,8 +190,6 @@ const DefaultKeeperConfig = "/etc/slurm-llm/keeper.toml"
 // endpoint_dir, no tiers).
 func DefaultConfig() Config {
 	cfg := defaultConfig
-	cfg.Nginx.Test = slices.Clone(defaultConfig.Nginx.Test)
-	cfg.Nginx.Reload = slices.Clone(defaultConfig.Nginx.Reload)
 	cfg.Tiers = map[string]TierConfig{}
 	return cfg
 }
@@ -216,7 +200,6 @@ func DefaultConfig() Config {
 func (c *Config) Fields(d *tomlconf.Decoder) map[string]tomlconf.Field {
 	return map[string]tomlconf.Field{
 		"endpoint_dir":      d.String(&c.EndpointDir),
-		"output_dir":        d.String(&c.OutputDir),
 		"lock_file":         d.String(&c.LockFile),
 		"lock_timeout":      d.Duration(&c.LockTimeout),
 		"allowed_owners":    d.Strings(&c.AllowedOwners),
@@ -242,11 +225,6 @@ func (c *Config) Fields(d *tomlconf.Decoder) map[string]tomlconf.Field {
 				}
 				c.Tiers[name] = tc
 			}
-		}),
-		"nginx": d.TableField(map[string]tomlconf.Field{
-			"test":    d.Strings(&c.Nginx.Test),
-			"reload":  d.Strings(&c.Nginx.Reload),
-			"timeout": d.Duration(&c.Nginx.Timeout),
 		}),
 		"scheduler": d.TableField(map[string]tomlconf.Field{
 			"check":       d.Bool(&c.Scheduler.Check),
@@ -278,7 +256,7 @@ func (c *Config) Fields(d *tomlconf.Decoder) map[string]tomlconf.Field {
 // lookup: user.Lookup, or a stand-in where the controller's accounts are
 // unknown) and the networks.
 func (c *Config) Check(d *tomlconf.Decoder, lookup func(string) (*user.User, error)) {
-	for key, dir := range map[string]string{"endpoint_dir": c.EndpointDir, "output_dir": c.OutputDir, "lock_file": c.LockFile} {
+	for key, dir := range map[string]string{"endpoint_dir": c.EndpointDir, "lock_file": c.LockFile} {
 		if dir == "" || !filepath.IsAbs(dir) {
 			d.Invalid(toml.Key{key}, "want an absolute path")
 		}
@@ -305,14 +283,8 @@ func (c *Config) Check(d *tomlconf.Decoder, lookup func(string) (*user.User, err
 			d.Invalid(toml.Key{"hint_listen"}, "want a port between 1 and 65535 (got %q)", port)
 		}
 	}
-	if len(c.Nginx.Test) == 0 {
-		d.Invalid(toml.Key{"nginx", "test"}, "want a non-empty argv")
-	}
-	if len(c.Nginx.Reload) == 0 {
-		d.Invalid(toml.Key{"nginx", "reload"}, "want a non-empty argv")
-	}
 	for key, v := range map[string]time.Duration{"sweep_interval": c.SweepInterval, "coalesce": c.Coalesce,
-		"resolve_timeout": c.ResolveTimeout, "lock_timeout": c.LockTimeout, "nginx.timeout": c.Nginx.Timeout,
+		"resolve_timeout": c.ResolveTimeout, "lock_timeout": c.LockTimeout,
 		"scheduler.timeout": c.Scheduler.Timeout, "scheduler.max_age": c.Scheduler.MaxAge,
 		"scheduler.backoff_max": c.Scheduler.BackoffMax, "stale.grace": c.Stale.Grace, "stale.interval": c.Stale.Interval,
 		"clock_skew": c.ClockSkew} {
@@ -356,22 +328,18 @@ func (c *Config) checkAllowLists(d *tomlconf.Decoder) {
 	}
 }
 
-// checkTiers checks tier names, backups and nginx name collisions.
+// checkTiers checks tier names and backups (the nginx room checks that
+// the names stay apart as nginx identifiers).
 func (c *Config) checkTiers(d *tomlconf.Decoder) {
 	if len(c.Tiers) == 0 {
 		d.Invalid(toml.Key{"tiers"}, "want at least one [tiers.<name>] table")
 	}
-	seen := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(c.Tiers)) {
 		key := toml.Key{"tiers", name}
 		if err := endpoints.CheckTier(name); err != nil {
 			d.Invalid(key, "%v", err)
 			continue
 		}
-		if other, dup := seen[nginx.NginxName(name)]; dup {
-			d.Invalid(key, "%s and %s have the same nginx name", other, name)
-		}
-		seen[nginx.NginxName(name)] = name
 		if j := c.Tiers[name].JobName; j == "" || strings.ContainsAny(j, ", \t\n\"'") {
 			d.Invalid(append(key, "job_name"), "want a name without commas, quotes or white space")
 		}
@@ -398,11 +366,20 @@ func (c *Config) parseNetworks(d *tomlconf.Decoder) {
 	}
 }
 
-// TierSpecs returns the configured tiers sorted by name, for Render.
-func (c *Config) TierSpecs() []nginx.TierSpec {
-	var out []nginx.TierSpec
+// TierSpec is a configured tier as a pass reads it: its name, the tier
+// whose endpoints serve it when it has none (empty: no backup), and the
+// Retry-After (seconds) its 503 sends while nothing is known of its return.
+type TierSpec struct {
+	Name       string
+	Backup     string
+	RetryAfter int
+}
+
+// TierSpecs returns the configured tiers sorted by name.
+func (c *Config) TierSpecs() []TierSpec {
+	var out []TierSpec
 	for _, name := range slices.Sorted(maps.Keys(c.Tiers)) {
-		out = append(out, nginx.TierSpec{Name: name, Backup: c.Tiers[name].Backup,
+		out = append(out, TierSpec{Name: name, Backup: c.Tiers[name].Backup,
 			RetryAfter: int(c.Outage.RetryAfter / time.Second)})
 	}
 	return out

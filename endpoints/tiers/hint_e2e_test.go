@@ -1,6 +1,6 @@
 //go:build e2e
 
-package tiers
+package tiers_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/config"
+	. "slurm-llm/endpoints/tiers"
 )
 
 // On the site's NFS the controller's inotify never sees what the compute
@@ -86,12 +88,12 @@ func isMountPoint(dir string) bool {
 // written into the backing directory, while the file shows in the view.
 func TestE2EBindfsHidesWritesFromInotify(t *testing.T) {
 	backing, view := bindfsView(t)
-	fw, err := watchDir(view)
+	fw, err := WatchDirFor(view)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fw.Close()
-	if err := endpoints.Write(backing, testEndpoint("fast", "1", "127.0.0.1", 9)); err != nil {
+	if err := endpoints.Write(backing, EndpointAt("fast", "1", "127.0.0.1", 9)); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the file shows in the view", func() bool {
@@ -105,7 +107,7 @@ func TestE2EBindfsHidesWritesFromInotify(t *testing.T) {
 		t.Fatalf("inotify on the view reported %v: the test cannot stand for NFS here", ev)
 	case <-window.C:
 	}
-	if err := endpoints.Write(view, testEndpoint("fast", "2", "127.0.0.1", 9)); err != nil {
+	if err := endpoints.Write(view, EndpointAt("fast", "2", "127.0.0.1", 9)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.NewTimer(10 * time.Second)
@@ -123,7 +125,7 @@ type hintRig struct {
 	n       *privateNginx
 	backing string
 	hints   *Hints
-	cfg     Config
+	cfg     config.Config
 }
 
 // startHintRig starts nginx, a hint listener on loopback and watch over
@@ -139,7 +141,7 @@ func startHintRig(t testing.TB, sweep time.Duration) *hintRig {
 	t.Cleanup(func() { hints.Close() })
 	cfg := n.config(t)
 	cfg.EndpointDir, cfg.SweepInterval, cfg.Coalesce = view, sweep, 100*time.Millisecond
-	u := New(cfg, Options{Log: hclog.NewNullLogger()})
+	u := watcher(cfg, Options{Log: hclog.NewNullLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	passed := make(chan PassResult)
 	done := make(chan error, 1)

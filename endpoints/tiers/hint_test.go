@@ -32,7 +32,7 @@ func TestWatchPassesOnHint(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.SweepInterval = time.Hour
 	hints := listenHints(t)
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Now: func() time.Time { return t0 }})
 	h := startWatchWith(t, u, WatchOptions{Hints: hints})
 	h.waitFor("the first pass", func(Report) bool { return true })
 	if err := endpoints.SendHint(context.Background(), hints.Addr().String(), "fast", "1"); err != nil {
@@ -48,7 +48,7 @@ func TestWatchHintFloodIsCoalesced(t *testing.T) {
 	cfg.SweepInterval = time.Hour
 	cfg.Coalesce = 50 * time.Millisecond
 	hints := listenHints(t)
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}})
+	u := New(cfg, Options{})
 	h := startWatchWith(t, u, WatchOptions{Hints: hints})
 	h.waitFor("the first pass", func(Report) bool { return true })
 	conn, err := net.Dial("udp", hints.Addr().String())

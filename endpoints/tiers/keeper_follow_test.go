@@ -42,10 +42,10 @@ func testKeeperConfigFollowed(t *testing.T, mode string) {
 		Start: t0.Add(120 * time.Second)}}}
 	now := t0
 	var logs strings.Builder
-	opts := Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Queue: q, Now: func() time.Time { return now },
+	opts := Options{Queue: q, Now: func() time.Time { return now },
 		Log: hclog.New(&hclog.LoggerOptions{Output: &logs})}
 	if mode == "front" {
-		opts.Routes = func(Report) {}
+		opts.ReadOnly = true
 	}
 	u := New(cfg, opts)
 	n := 0

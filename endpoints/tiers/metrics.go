@@ -284,9 +284,9 @@ func (m *Metrics) Record(r Report, err error) {
 		m.reloads++
 	}
 	switch {
-	case errors.Is(err, ErrTestFailed):
+	case errors.Is(err, ErrRefused):
 		m.testFailures++
-	case errors.Is(err, ErrReloadFailed):
+	case errors.Is(err, ErrNotSwitched):
 		m.reloadFailures++
 	}
 	if err != nil {

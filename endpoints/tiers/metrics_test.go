@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,7 +30,7 @@ func TestServeMetrics(t *testing.T) {
 	ln.Close()
 	m := &Metrics{}
 	m.Record(Report{Time: t0, Tiers: []TierReport{{Tier: "fast", Servers: []string{"a", "b"}}}}, nil)
-	m.Record(Report{}, ErrReloadFailed)
+	m.Record(Report{}, fmt.Errorf("apply: %w", ErrNotSwitched))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ServeMetrics(ctx, addr, m.Gatherer(), "v1.2.3") }()

@@ -1,6 +1,6 @@
 //go:build e2e
 
-package tiers
+package tiers_test
 
 import (
 	"context"
@@ -20,7 +20,10 @@ import (
 
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/tiers/nginxtest"
+	"slurm-llm/endpoints/config"
+	"slurm-llm/endpoints/nginx"
+	"slurm-llm/endpoints/nginx/nginxtest"
+	. "slurm-llm/endpoints/tiers"
 	"slurm-llm/slurm"
 )
 
@@ -44,13 +47,13 @@ func startNginx(t testing.TB) *privateNginx {
 }
 
 // config is an llm-upstreams config driving this nginx.
-func (n *privateNginx) config(t testing.TB) Config {
+func (n *privateNginx) config(t testing.TB) config.Config {
 	t.Helper()
 	q := func(argv ...string) string {
 		b, _ := json.Marshal(argv)
 		return string(b)
 	}
-	cfg, err := parseOwn("e2e.toml", []byte(fmt.Sprintf(`
+	cfg, err := config.Parse("e2e.toml", []byte(fmt.Sprintf(`
 endpoint_dir = %q
 output_dir = %q
 lock_file = %q
@@ -71,6 +74,13 @@ check = false
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// watcher is the watcher over cfg: the core's passes with its nginx
+// consumer, as llm-upstreams sync and watch wire them.
+func watcher(cfg config.Config, opts Options) *Updater {
+	opts.Consumers = append(opts.Consumers, nginx.NewSite(cfg.Nginx, "llm-upstreams e2e", nil, opts.Log))
+	return New(cfg.Watcher, opts)
 }
 
 // head is a stand-in for a tier's llama-server: it answers every request
@@ -193,7 +203,7 @@ func isUnavailable(r reply) bool {
 func TestE2ESyncRoutesThenFallsBackTo503(t *testing.T) {
 	n := startNginx(t)
 	a := startHead(t, "head-a")
-	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+	u := watcher(n.config(t), Options{Log: hclog.NewNullLogger()})
 
 	r := waitReply(t, n.Fast, "/v1/models", "fast answers 503 before any endpoint", isUnavailable)
 	if r.tier != "none" {
@@ -227,7 +237,7 @@ func TestE2ESyncRoutesThenFallsBackTo503(t *testing.T) {
 // JSON answer, never a 502.
 func TestE2EDeadHeadGives503Not502(t *testing.T) {
 	n := startNginx(t)
-	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+	u := watcher(n.config(t), Options{Log: hclog.NewNullLogger()})
 	n.publish(t, "fast", "102", head{name: "dead", port: faketest.FreePort(t)})
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
@@ -241,7 +251,7 @@ func TestE2EBrokenConfigKeepsServing(t *testing.T) {
 	n := startNginx(t)
 	a, b := startHead(t, "head-a"), startHead(t, "head-b")
 	m := &Metrics{}
-	u := New(n.config(t), Options{Log: hclog.NewNullLogger(), Metrics: m})
+	u := watcher(n.config(t), Options{Log: hclog.NewNullLogger(), Metrics: m})
 	n.publish(t, "fast", "103", a)
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
@@ -253,7 +263,7 @@ func TestE2EBrokenConfigKeepsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.publish(t, "fast", "103", b)
-	if _, err := u.Pass(context.Background()); !errors.Is(err, ErrTestFailed) {
+	if _, err := u.Pass(context.Background()); !errors.Is(err, nginx.ErrTestFailed) {
 		t.Fatalf("pass with a broken include = %v, want ErrTestFailed", err)
 	}
 	if got := readDirFiles(n.Out); fmt.Sprint(got) != fmt.Sprint(good) {
@@ -278,7 +288,7 @@ func TestE2EBrokenConfigKeepsServing(t *testing.T) {
 func TestE2EWatchServesNewFile(t *testing.T) {
 	n := startNginx(t)
 	a := startHead(t, "head-a")
-	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+	u := watcher(n.config(t), Options{Log: hclog.NewNullLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- u.Watch(ctx, WatchOptions{}) }()
@@ -300,7 +310,7 @@ func BenchmarkE2EWatchFileToRoute(b *testing.B) {
 	heads := []head{startHead(b, "head-a"), startHead(b, "head-b")}
 	const samples = 20
 	for i := 0; i < b.N; i++ {
-		u := New(n.config(b), Options{Log: hclog.NewNullLogger()})
+		u := watcher(n.config(b), Options{Log: hclog.NewNullLogger()})
 		syncMs := measureRoute(b, n, heads, samples, func() {
 			if _, err := u.Pass(context.Background()); err != nil {
 				b.Fatal(err)
@@ -362,7 +372,7 @@ func maxOf(xs []float64) float64 {
 func TestE2EStreamIsNotBuffered(t *testing.T) {
 	n := startNginx(t)
 	a := startHead(t, "head-a")
-	u := New(n.config(t), Options{Log: hclog.NewNullLogger()})
+	u := watcher(n.config(t), Options{Log: hclog.NewNullLogger()})
 	n.publish(t, "fast", "105", a)
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
@@ -419,13 +429,13 @@ func TestE2EUnavailableSaysWhyAndWhen(t *testing.T) {
 	cfg := n.config(t)
 	cfg.StateDir = t.TempDir()
 	cfg.Scheduler.Check = false
-	if err := saveMem(cfg.StateDir, map[string]tierMem{"fast": {Ready: []float64{20}}}); err != nil {
+	if err := SaveMem(cfg.StateDir, map[string]TierMem{"fast": {Ready: []float64{20}}}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now().Add(10 * time.Minute).Truncate(time.Second)
-	q := &fakeQueue{jobs: []slurm.QueuedJob{{ID: "7", State: slurm.JobPending, Reason: "Resources", Priority: 1,
-		UID: 0, Partition: "gpu_ai", Name: "llm-fast", Start: start}}}
-	u := New(cfg, Options{Log: hclog.NewNullLogger(), Queue: q})
+	q := NewFakeQueue(slurm.QueuedJob{ID: "7", State: slurm.JobPending, Reason: "Resources", Priority: 1,
+		UID: 0, Partition: "gpu_ai", Name: "llm-fast", Start: start})
+	u := watcher(cfg, Options{Log: hclog.NewNullLogger(), Queue: q})
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -443,8 +453,8 @@ func TestE2EUnavailableSaysWhyAndWhen(t *testing.T) {
 		t.Errorf("503: reason %q, Retry-After %q, X-LLM-Tier %q; want %q, 600, none\n%s", doc.Reason, r.retryAfter, r.tier, ReasonQueued, r.body)
 	}
 	later := start.Add(time.Minute)
-	q.set(func(q *fakeQueue) { q.jobs[0].Start = later })
-	u.tiers.last.at = time.Time{} // ask again now
+	q.SetQueued(func(jobs []slurm.QueuedJob) { jobs[0].Start = later })
+	u.ForgetTierAnswer() // ask again now
 	rep, err := u.Pass(context.Background())
 	if err != nil {
 		t.Fatal(err)

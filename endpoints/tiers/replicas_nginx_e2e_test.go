@@ -1,6 +1,6 @@
 //go:build e2e
 
-package tiers
+package tiers_test
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/cmd/fake-llama/faketest"
+	. "slurm-llm/endpoints/tiers"
 )
 
 // BenchmarkE2EReplicasThroughNginx is issue 9's throughput figure through
@@ -42,7 +43,7 @@ func BenchmarkE2EReplicasThroughNginx(b *testing.B) {
 	for i := range 3 {
 		heads = append(heads, startFakeHead(b, fake, fmt.Sprintf("replica-%d", i)))
 	}
-	u := New(n.config(b), Options{Log: hclog.NewNullLogger()})
+	u := watcher(n.config(b), Options{Log: hclog.NewNullLogger()})
 	for i := 0; i < b.N; i++ {
 		var tps [2]float64
 		for k, replicas := range []int{1, 3} {

@@ -134,7 +134,7 @@ func TestSyncGetsLockWhileWatchWaitsOnScheduler(t *testing.T) {
 	cfg.SweepInterval = time.Hour
 	cfg.Scheduler.Timeout = time.Hour // the call hangs until the test ends
 	hung := &hungScheduler{}
-	watcher := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Scheduler: hung, Now: func() time.Time { return t0 }})
+	watcher := New(cfg, Options{Scheduler: hung, Now: func() time.Time { return t0 }})
 	h := startWatch(t, watcher, nil)
 	h.waitFor("the first pass ran", func(Report) bool { return true })
 	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
@@ -145,7 +145,7 @@ func TestSyncGetsLockWhileWatchWaitsOnScheduler(t *testing.T) {
 
 	syncCfg := cfg
 	syncCfg.LockTimeout = 2 * time.Second
-	syncer := New(syncCfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	syncer := New(syncCfg, Options{Now: func() time.Time { return t0 }})
 	if _, err := syncer.Pass(context.Background()); err != nil {
 		t.Fatalf("sync while the watcher waits on the scheduler: %v", err)
 	}
@@ -163,7 +163,7 @@ func TestWatchBacksOffWhileSchedulerDown(t *testing.T) {
 	}
 	clk := &clock{t: t0}
 	down := &downScheduler{}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Scheduler: down, Now: clk.Now})
+	u := New(cfg, Options{Scheduler: down, Now: clk.Now})
 	h := startWatch(t, u, nil)
 	unverified := func(r Report) bool {
 		return r.SchedulerError != "" && len(r.Decisions) == 1 && r.Decisions[0].Live && r.Decisions[0].Unverified
@@ -211,7 +211,7 @@ func TestWatchHoldsNewJobUntilChecked(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.SweepInterval = time.Hour
 	g := &gatedScheduler{jobs: map[string]Job{"1": jobOf("fast", "RUNNING")}, release: make(chan struct{})}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Scheduler: g, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Scheduler: g, Now: func() time.Time { return t0 }})
 	h := startWatch(t, u, nil)
 	h.waitFor("the first pass", func(Report) bool { return true })
 	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
@@ -247,7 +247,7 @@ func TestWatchFirstPassAsksFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := fakeJobs{jobs: map[string]Job{"1": jobOf("fast", "RUNNING")}}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Scheduler: jobs, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Scheduler: jobs, Now: func() time.Time { return t0 }})
 	h := startWatch(t, u, nil)
 	h.waitFor("the first pass", func(r Report) bool {
 		if len(servers("fast")(r)) != 1 {
@@ -282,7 +282,7 @@ func TestSyncInAnOutageAsksOnce(t *testing.T) {
 	}
 	down := errors.New("slurm_load_jobs error: Unable to contact slurm controller")
 	sched, q := &countingJobs{err: down}, &fakeQueue{err: down}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Scheduler: sched, Queue: q, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Scheduler: sched, Queue: q, Now: func() time.Time { return t0 }})
 	rep, err := u.Pass(context.Background())
 	if err != nil {
 		t.Fatal(err)

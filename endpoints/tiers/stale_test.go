@@ -71,7 +71,7 @@ func TestWatchRemovesStaleFiles(t *testing.T) {
 	sched := &switchJobs{err: errors.New("slurmctld down")}
 	var logs lockedBuilder
 	m := &Metrics{}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Scheduler: sched, Metrics: m, Log: testLogger(&logs)})
+	u := New(cfg, Options{Scheduler: sched, Metrics: m, Log: testLogger(&logs)})
 	h := startWatch(t, u, nil)
 	h.waitFor("a few passes with the scheduler down", func(Report) bool { return sched.count() >= 3 })
 	for _, f := range []string{"fast-1.json", "fast-2.json"} {
@@ -105,7 +105,7 @@ func TestRemoveStaleKeepsChangedFile(t *testing.T) {
 	if err := endpoints.Write(cfg.EndpointDir, e); err != nil {
 		t.Fatal(err)
 	}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}})
+	u := New(cfg, Options{})
 	u.removeStale(staleAnswer{cands: cands, jobs: map[string]Job{}})
 	if _, err := os.Stat(filepath.Join(cfg.EndpointDir, "fast-1.json")); err != nil {
 		t.Errorf("a file rewritten since it was chosen was removed: %v", err)

@@ -7,8 +7,6 @@ import (
 	"maps"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
-	"slurm-llm/endpoints/nginx"
 )
 
 // Resolver looks up a host name; *net.Resolver implements it.
@@ -26,27 +23,27 @@ type Resolver interface {
 }
 
 // Options are what an Updater needs besides its config. Nil fields get the
-// real thing: ExecRunner, net.DefaultResolver, time.Now, a null logger, new
-// Metrics. A nil Scheduler means the scheduler is not asked.
+// real thing: net.DefaultResolver, time.Now, a null logger, new Metrics.
+// A nil Scheduler means the scheduler is not asked.
 type Options struct {
 	Log       hclog.Logger
 	Scheduler Scheduler
 	// Queue answers the tier views' questions (the tiers' jobs, their
 	// estimates, the preemptor); nil means it is not asked, and a tier
 	// with nothing live says only what its endpoint files say.
-	Queue     Queue
-	Resolver  Resolver
-	Runner    Runner
-	Now       func() time.Time
-	Metrics   *Metrics
-	Generator string
-	// Routes, when set, makes the updater a front door's: each pass's
-	// report (with Report.Live) goes to Routes instead of nginx. Such
-	// passes take no lock and write nothing: no upstream files, no 503
-	// bodies, no fence file, no availability record, no stale removal;
-	// the tier memory is read from state_dir (the watcher's) and kept in
-	// memory only. The report is the caller's to keep.
-	Routes func(Report)
+	Queue    Queue
+	Resolver Resolver
+	Now      func() time.Time
+	Metrics  *Metrics
+	// Consumers take each pass's report, in order (consumer.go): the
+	// watcher's nginx (endpoints/nginx.Site), the front door's routing
+	// table (endpoints/front.Server).
+	Consumers []Consumer
+	// ReadOnly makes the updater a front door's: its passes take no lock
+	// and write nothing of the watcher's: no fence file, no availability
+	// record, no stale removal, no metrics textfile; the tier memory is
+	// read from state_dir (the watcher's) and kept in memory only.
+	ReadOnly bool
 }
 
 // Updater runs passes. It is owned by one goroutine (sync runs one pass;
@@ -94,9 +91,11 @@ type TierReport struct {
 	Tier     string   `json:"tier"`
 	ServedBy string   `json:"served_by"`
 	Servers  []string `json:"servers"`
-	File     string   `json:"file"`
-	// InSync reports whether the file on disk holds the rendered bytes.
-	InSync bool `json:"in_sync"`
+	// File is the tier's upstream file and InSync whether it holds what
+	// this pass routes: the nginx consumer's to fill (a front door's
+	// pass, in memory, is in sync as soon as it is decided).
+	File   string `json:"file"`
+	InSync bool   `json:"in_sync"`
 }
 
 // Report is what a pass (or status) saw and did.
@@ -120,9 +119,14 @@ type Report struct {
 	// job that preempted it, and when it is expected back.
 	Views []TierView `json:"views"`
 	// TierQueueError is set while the tier questions get no answer.
-	TierQueueError string   `json:"tier_queue_error,omitempty"`
-	Changed        []string `json:"changed,omitempty"`
-	Reloaded       bool     `json:"reloaded"`
+	TierQueueError string `json:"tier_queue_error,omitempty"`
+	// Source is the endpoint directory the pass read.
+	Source string `json:"-"`
+	// Changed and Reloaded are the nginx consumer's: the upstream files
+	// whose bytes changed and whether nginx was reloaded.
+	Changed  []string `json:"changed,omitempty"`
+	Reloaded bool     `json:"reloaded"`
+
 	// SkippedFiles counts the endpoint files this pass left unread for
 	// the max_files cap.
 	SkippedFiles int `json:"skipped_files,omitempty"`
@@ -139,17 +143,11 @@ func New(cfg Config, opts Options) *Updater {
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver
 	}
-	if opts.Runner == nil {
-		opts.Runner = ExecRunner{Timeout: cfg.Nginx.Timeout}
-	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = &Metrics{}
-	}
-	if opts.Generator == "" {
-		opts.Generator = "llm-upstreams"
 	}
 	u := &Updater{cfg: cfg, opts: opts, started: opts.Now()}
 	u.refreshKeeper()
@@ -165,7 +163,6 @@ func (u *Updater) Metrics() *Metrics { return u.opts.Metrics }
 // SetConfig replaces the config (SIGHUP). Fences are kept.
 func (u *Updater) SetConfig(cfg Config) {
 	u.cfg = cfg
-	u.opts.Runner = replaceTimeout(u.opts.Runner, cfg.Nginx.Timeout)
 	u.keeperFile.Reset() // read again, whatever the file's stamp
 	u.refreshKeeper()
 }
@@ -176,20 +173,12 @@ func (u *Updater) SetConfig(cfg Config) {
 // added to it, follows it (keeper.Follower).
 func (u *Updater) refreshKeeper() { u.keeper = u.keeperFile.Refresh(u.cfg.KeeperConfig, u.opts.Log) }
 
-// replaceTimeout keeps an ExecRunner's timeout in step with the config.
-func replaceTimeout(r Runner, d time.Duration) Runner {
-	if _, ok := r.(ExecRunner); ok {
-		return ExecRunner{Timeout: d}
-	}
-	return r
-}
-
 // Pass runs one full pass: first, without the lock, it asks the
 // scheduler about the candidate jobs when due (so that a scheduler that
 // does not answer never holds up another process's pass); then, under the
-// lock, it reads, decides (leases at that moment), renders and applies.
-// The report is filled as far as the pass got. Metrics (and the textfile,
-// if configured) are updated whatever the outcome.
+// lock, it reads and decides (leases at that moment) and hands the report
+// to the consumers. The report is filled as far as the pass got. Metrics
+// (and the textfile, if configured) are updated whatever the outcome.
 func (u *Updater) Pass(ctx context.Context) (Report, error) {
 	start := u.opts.Now()
 	u.askIfDue(ctx)
@@ -200,10 +189,10 @@ func (u *Updater) Pass(ctx context.Context) (Report, error) {
 }
 
 // pass runs one pass with the scheduler's state in hand: a front door's
-// in memory, else under the lock with nginx.
+// in memory, else under the lock.
 func (u *Updater) pass(ctx context.Context) (Report, error) {
-	if u.front() {
-		return u.frontPass(ctx)
+	if u.opts.ReadOnly {
+		return u.readOnlyPass(ctx)
 	}
 	return u.lockedPass(ctx)
 }
@@ -214,15 +203,17 @@ func (u *Updater) record(rep Report, err error) {
 		u.opts.Log.Error("pass failed", "error", err)
 	}
 	u.opts.Metrics.Record(rep, err)
-	if path := u.cfg.Metrics.Textfile; path != "" && !u.front() { // the watcher's textfile
+	if path := u.cfg.Metrics.Textfile; path != "" && !u.opts.ReadOnly { // the watcher's textfile
 		if werr := u.opts.Metrics.WriteTextfile(path); werr != nil {
 			u.opts.Log.Warn("metrics textfile", "error", werr)
 		}
 	}
 }
 
-// lockedPass reads, decides, renders and applies under the lock, with the
-// scheduler's state in hand (it never waits on the scheduler).
+// lockedPass reads, decides and hands the report to the consumers under
+// the lock, with the scheduler's state in hand (it never waits on the
+// scheduler): two processes' consumers never write at once, and the
+// fences a pass saves are the ones it decided with.
 func (u *Updater) lockedPass(ctx context.Context) (Report, error) {
 	lctx, cancel := context.WithTimeout(ctx, u.cfg.LockTimeout)
 	defer cancel()
@@ -231,30 +222,19 @@ func (u *Updater) lockedPass(ctx context.Context) (Report, error) {
 		return Report{Time: u.opts.Now()}, err
 	}
 	defer unlock()
-	rep, ups, err := u.evaluate(ctx)
+	rep, err := u.evaluate(ctx)
 	if err != nil {
 		return rep, err
 	}
 	u.saveFences(rep.fenceable)
-	a := &Applier{Dir: u.cfg.OutputDir, Test: u.cfg.Nginx.Test, Reload: u.cfg.Nginx.Reload,
-		Runner: u.opts.Runner, Log: u.opts.Log}
-	res, err := a.Apply(ctx, ups)
-	rep.Changed, rep.Reloaded = res.Changed, res.Reloaded
-	if err == nil {
-		for i := range rep.Tiers {
-			rep.Tiers[i].InSync = true
-		}
-	}
-	if err == nil { // else nginx still runs the last good files: keep their bodies
-		u.writeBodies(rep.Views)
-	}
-	return rep, err
+	return rep, u.consume(ctx, &rep)
 }
 
-// frontPass is a front door's pass: evaluate, keep the fences in memory
-// and hand the report to Options.Routes; nothing is locked or written.
-func (u *Updater) frontPass(ctx context.Context) (Report, error) {
-	rep, _, err := u.evaluate(ctx)
+// readOnlyPass is a front door's pass: evaluate, keep the fences in
+// memory and hand the report to the consumers; nothing is locked or
+// written.
+func (u *Updater) readOnlyPass(ctx context.Context) (Report, error) {
+	rep, err := u.evaluate(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -262,28 +242,35 @@ func (u *Updater) frontPass(ctx context.Context) (Report, error) {
 	for i := range rep.Tiers {
 		rep.Tiers[i].InSync = true // in memory: what is routed is what was decided
 	}
-	u.opts.Routes(rep)
-	return rep, nil
+	return rep, u.consume(ctx, &rep)
 }
 
-// front reports whether the updater serves a front door (Options.Routes).
-func (u *Updater) front() bool { return u.opts.Routes != nil }
+// consume hands rep to each consumer in order; the first error ends the
+// pass's hand-over (a later consumer keeps the last report it took).
+func (u *Updater) consume(ctx context.Context, rep *Report) error {
+	for _, c := range u.opts.Consumers {
+		if err := c.Consume(ctx, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-// Evaluate asks the scheduler when due, then reads the endpoint dir,
-// decides what is live, resolves hosts and renders the files, without
-// writing anything or taking the lock. Status uses it alone.
-func (u *Updater) Evaluate(ctx context.Context) (Report, []nginx.Upstream, error) {
+// Evaluate asks the scheduler when due, then reads the endpoint dir and
+// decides what is live and each tier's view, without handing the report
+// to anyone, writing anything or taking the lock. Status uses it alone.
+func (u *Updater) Evaluate(ctx context.Context) (Report, error) {
 	u.askIfDue(ctx)
 	return u.evaluate(ctx)
 }
 
 // evaluate is Evaluate with the scheduler's state in hand.
-func (u *Updater) evaluate(ctx context.Context) (Report, []nginx.Upstream, error) {
+func (u *Updater) evaluate(ctx context.Context) (Report, error) {
 	now := u.opts.Now()
 	rep := Report{Time: now}
 	res, err := u.scan()
 	if err != nil {
-		return rep, nil, fmt.Errorf("pass: %w", err)
+		return rep, fmt.Errorf("pass: %w", err)
 	}
 	rep.Scan, rep.SkippedFiles = res.scan, res.skipped
 	u.logRejected(res.scan.Rejected)
@@ -299,20 +286,15 @@ func (u *Updater) evaluate(ctx context.Context) (Report, []nginx.Upstream, error
 	rep.Decisions = endpoints.DecideWith(res.scan.Entries, jobs, u.fences, now, opts)
 	u.checkJobs(rep.Decisions, jobs, pending, res.owners)
 	live := u.resolve(ctx, rep.Decisions)
-	specs := u.cfg.TierSpecs()
-	rep.Views, u.next = u.tierViews(specs, rep.Decisions, res.scan.Rejected, live, now)
+	rep.Views, u.next = u.tierViews(u.cfg.TierSpecs(), rep.Decisions, res.scan.Rejected, live, now)
 	u.views, u.decisions = rep.Views, rep.Decisions
-	for i := range specs {
-		specs[i].RetryAfter = rep.Views[i].RetryAfter
-	}
 	if err := u.tiers.last.err; err != nil {
 		rep.TierQueueError = err.Error()
 	}
-	ups := nginx.Render(specs, live, nginx.RenderMeta{
-		Generator: u.opts.Generator, Source: u.cfg.EndpointDir})
-	rep.Tiers = u.tierReports(ups, live)
+	rep.Tiers = tierReports(rep.Views, live)
 	rep.Live = live
-	return rep, ups, nil
+	rep.Source = u.cfg.EndpointDir
+	return rep, nil
 }
 
 // scan reads the endpoint dir through the updater's cache.
@@ -567,19 +549,17 @@ func (u *Updater) allowed(addrs []string) []string {
 	return out
 }
 
-// tierReports summarises the rendered files; InSync compares with disk.
-func (u *Updater) tierReports(ups []nginx.Upstream, live map[string][]endpoints.Server) []TierReport {
-	var out []TierReport
-	for _, up := range ups {
-		tr := TierReport{Tier: up.Tier, ServedBy: up.ServedBy, File: filepath.Join(u.cfg.OutputDir, up.File)}
-		for _, s := range live[up.ServedBy] {
+// tierReports says, per tier in the views' order, which tier serves it
+// and the addresses routed to; File and InSync are a consumer's to fill.
+func tierReports(views []TierView, live map[string][]endpoints.Server) []TierReport {
+	out := make([]TierReport, 0, len(views))
+	for _, v := range views {
+		tr := TierReport{Tier: v.Tier, ServedBy: v.ServedBy}
+		for _, s := range live[v.ServedBy] {
 			tr.Servers = append(tr.Servers, s.Addr)
 		}
 		slices.Sort(tr.Servers)
 		tr.Servers = slices.Compact(tr.Servers)
-		if b, err := os.ReadFile(tr.File); err == nil && string(b) == string(up.Bytes) {
-			tr.InSync = true
-		}
 		out = append(out, tr)
 	}
 	return out

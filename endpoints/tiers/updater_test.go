@@ -51,7 +51,6 @@ func testConfig(t testing.TB) Config {
 	root := t.TempDir()
 	cfg, err := parseOwn("test.toml", []byte(`
 endpoint_dir = "`+filepath.Join(root, "endpoints")+`"
-output_dir = "`+filepath.Join(root, "nginx")+`"
 lock_file = "`+filepath.Join(root, "lock")+`"
 sweep_interval = "50ms"
 coalesce = "10ms"
@@ -64,10 +63,8 @@ backup = "fast"
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{cfg.EndpointDir, cfg.OutputDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(cfg.EndpointDir, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	return cfg
 }
@@ -193,8 +190,7 @@ func TestPass(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f := &fakeNginx{dir: cfg.OutputDir}
-			u := New(cfg, Options{Runner: f, Scheduler: tt.jobs, Now: func() time.Time { return t0 },
+			u := New(cfg, Options{Scheduler: tt.jobs, Now: func() time.Time { return t0 },
 				Resolver: fakeResolver{"node1": {"fd00::1", "10.1.1.1", "10.1.1.1"}}})
 			rep, err := u.Pass(context.Background())
 			if err != nil {
@@ -216,89 +212,7 @@ func TestPass(t *testing.T) {
 			if d := cmp.Diff(tt.wantWhy, whys); d != "" || unverified != tt.wantUnver {
 				t.Errorf("whys (-want +got):\n%s unverified %v", d, unverified)
 			}
-			if !rep.Reloaded {
-				t.Errorf("first pass did not reload")
-			}
 		})
-	}
-}
-
-// A second pass over the same files writes nothing and reloads nothing.
-func TestPassTwiceReloadsOnce(t *testing.T) {
-	cfg := testConfig(t)
-	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeNginx{dir: cfg.OutputDir}
-	m := &Metrics{}
-	u := New(cfg, Options{Runner: f, Now: func() time.Time { return t0 }, Metrics: m})
-	for i := 0; i < 3; i++ {
-		if _, err := u.Pass(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if d := cmp.Diff([]string{"test", "reload"}, f.calls); d != "" {
-		t.Errorf("nginx calls (-want +got):\n%s", d)
-	}
-	var b bytes.Buffer
-	if err := m.WritePrometheus(&b); err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range []string{"llm_upstreams_passes_total 3", "llm_upstreams_reloads_total 1", `llm_upstreams_endpoints{tier="fast"} 1`, `llm_upstreams_endpoints{tier="reasoning"} 1`} {
-		if !strings.Contains(b.String(), line+"\n") {
-			t.Errorf("metrics lack %q:\n%s", line, b.String())
-		}
-	}
-}
-
-// A failing nginx test is counted and leaves the last good files.
-func TestPassTestFailureCounted(t *testing.T) {
-	cfg := testConfig(t)
-	f := &fakeNginx{dir: cfg.OutputDir}
-	m := &Metrics{}
-	u := New(cfg, Options{Runner: f, Now: func() time.Time { return t0 }, Metrics: m})
-	if _, err := u.Pass(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	good := readDirFiles(cfg.OutputDir)
-	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
-		t.Fatal(err)
-	}
-	f.fail = map[string]bool{"test": true}
-	if _, err := u.Pass(context.Background()); !errors.Is(err, ErrTestFailed) {
-		t.Fatalf("pass = %v, want ErrTestFailed", err)
-	}
-	if d := cmp.Diff(good, readDirFiles(cfg.OutputDir)); d != "" {
-		t.Errorf("files after failed test (-good +got):\n%s", d)
-	}
-	var b bytes.Buffer
-	_ = m.WritePrometheus(&b)
-	if !strings.Contains(b.String(), "llm_upstreams_test_failures_total 1\n") {
-		t.Errorf("test failure not counted:\n%s", b.String())
-	}
-}
-
-// The endpoint dir missing (shared file system not mounted) must not empty
-// every tier: the pass fails and the last good files stay.
-func TestPassMissingDirKeepsFiles(t *testing.T) {
-	cfg := testConfig(t)
-	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeNginx{dir: cfg.OutputDir}
-	u := New(cfg, Options{Runner: f, Now: func() time.Time { return t0 }})
-	if _, err := u.Pass(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	good := readDirFiles(cfg.OutputDir)
-	if err := os.RemoveAll(cfg.EndpointDir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := u.Pass(context.Background()); err == nil {
-		t.Fatalf("pass over a missing dir = nil error")
-	}
-	if d := cmp.Diff(good, readDirFiles(cfg.OutputDir)); d != "" {
-		t.Errorf("files changed (-good +got):\n%s", d)
 	}
 }
 
@@ -316,8 +230,8 @@ func TestWriteStatus(t *testing.T) {
 	if err := endpoints.Write(cfg.EndpointDir, replica); err != nil {
 		t.Fatal(err)
 	}
-	u := New(cfg, Options{Runner: &fakeNginx{}, Now: func() time.Time { return t0 }})
-	rep, _, err := u.Evaluate(context.Background())
+	u := New(cfg, Options{Now: func() time.Time { return t0 }})
+	rep, err := u.Evaluate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +262,7 @@ func TestPassUnconfiguredTier(t *testing.T) {
 	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("other", "1", "10.0.0.1", 8080)); err != nil {
 		t.Fatal(err)
 	}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Now: func() time.Time { return t0 }})
 	rep, err := u.Pass(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +280,7 @@ func TestPassLogsRejectionOnce(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn})
-	u := New(cfg, Options{Log: log, Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Log: log, Now: func() time.Time { return t0 }})
 	for i := 0; i < 3; i++ {
 		if _, err := u.Pass(context.Background()); err != nil {
 			t.Fatal(err)
@@ -387,7 +301,7 @@ func TestFencesSharedBetweenProcesses(t *testing.T) {
 	if err := endpoints.Write(cfg.EndpointDir, newer); err != nil {
 		t.Fatal(err)
 	}
-	first := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	first := New(cfg, Options{Now: func() time.Time { return t0 }})
 	if _, err := first.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +309,7 @@ func TestFencesSharedBetweenProcesses(t *testing.T) {
 	if err := endpoints.Write(cfg.EndpointDir, stale); err != nil {
 		t.Fatal(err)
 	}
-	second := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	second := New(cfg, Options{Now: func() time.Time { return t0 }})
 	rep, err := second.Pass(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -444,7 +358,7 @@ func TestPassResolverHiccup(t *testing.T) {
 				t.Fatal(err)
 			}
 			res := &switchResolver{addrs: map[string][]string{"node1": {"10.1.1.1"}}}
-			u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }, Resolver: res})
+			u := New(cfg, Options{Now: func() time.Time { return t0 }, Resolver: res})
 			if _, err := u.Pass(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -479,7 +393,7 @@ func TestPassCapsFilesRead(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	m := &Metrics{}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }, Metrics: m,
+	u := New(cfg, Options{Now: func() time.Time { return t0 }, Metrics: m,
 		Log: hclog.New(&hclog.LoggerOptions{Output: &logs})})
 	rep, err := u.Pass(context.Background())
 	if err != nil {

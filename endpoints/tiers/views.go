@@ -2,14 +2,11 @@ package tiers
 
 import (
 	"maps"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
-	"slurm-llm/endpoints/nginx"
 	"slurm-llm/slurm"
 )
 
@@ -49,7 +46,7 @@ func (u *Updater) loadMemOnce() {
 
 // tierViews computes each tier's view (in specs' order) and the tier
 // memory after this pass (not yet current: see commitMem).
-func (u *Updater) tierViews(specs []nginx.TierSpec, ds []endpoints.Decision, rejected []endpoints.Rejected,
+func (u *Updater) tierViews(specs []TierSpec, ds []endpoints.Decision, rejected []endpoints.Rejected,
 	live map[string][]endpoints.Server, now time.Time) ([]TierView, map[string]tierMem) {
 	u.loadMemOnce()
 	mem := cloneMem(u.mem)
@@ -140,17 +137,6 @@ func liveOnly(ds []endpoints.Decision) []endpoints.Decision {
 		}
 	}
 	return out
-}
-
-// writeBodies writes each tier's 503 body into the output dir, which nginx
-// reads per request: no reload. Unchanged bytes are not rewritten.
-func (u *Updater) writeBodies(views []TierView) {
-	for _, v := range views {
-		path := filepath.Join(u.cfg.OutputDir, nginx.UnavailableFile(v.Tier))
-		if err := fsutil.WriteFile(path, UnavailableBody(v), 0o644); err != nil {
-			u.opts.Log.Warn("cannot write the 503 body", "path", path, "error", err)
-		}
-	}
 }
 
 // anyDown reports whether the last views have a tier not routed to its
@@ -253,7 +239,7 @@ func (u *Updater) commitPass(rep Report, err error) {
 	}
 	u.opts.Metrics.RecordViews(rep.Views, ended, preempted, rep.Time)
 	u.opts.Metrics.RecordOutageStarts(starts)
-	if u.cfg.StateDir != "" && !u.front() { // the watcher's file: a front door only reads it
+	if u.cfg.StateDir != "" && !u.opts.ReadOnly { // the watcher's file: a front door only reads it
 		if err := saveMem(u.cfg.StateDir, u.mem); err != nil {
 			u.opts.Log.Warn("cannot save the tier memory", "dir", u.cfg.StateDir, "error", err)
 		}
@@ -281,7 +267,7 @@ func stampOrNone(t *time.Time) string {
 // openRecord opens the availability record when a state dir is set and
 // marks watch's start in it.
 func (u *Updater) openRecord() {
-	if u.cfg.StateDir == "" || u.front() { // the watcher keeps the record
+	if u.cfg.StateDir == "" || u.opts.ReadOnly { // the watcher keeps the record
 		return
 	}
 	r, err := OpenRecord(u.cfg.StateDir, u.cfg.Record.MaxSize)

@@ -2,9 +2,6 @@ package tiers
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"slurm-llm/endpoints"
-	"slurm-llm/endpoints/nginx"
 	"slurm-llm/slurm"
 )
 
@@ -64,66 +60,6 @@ func (f *fakeQueue) set(change func(*fakeQueue)) {
 	change(f)
 }
 
-// A pass with the tier queue answering: the view of a tier with nothing
-// live says why and when, its Retry-After is rendered and its 503 body is
-// written beside the upstream file; a later estimate rewrites the body
-// without reloading nginx while its Retry-After bucket holds.
-func TestPassWritesViewsAndBodies(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.StateDir = t.TempDir()
-	if err := saveMem(cfg.StateDir, map[string]tierMem{"fast": {Ready: []float64{20}}}); err != nil {
-		t.Fatal(err)
-	}
-	q := &fakeQueue{jobs: []slurm.QueuedJob{{ID: "7", State: slurm.JobPending, Reason: "Priority", Priority: 1,
-		UID: me, Partition: "gpu_ai", Name: "llm-fast", Start: t0.Add(10 * time.Minute)}}}
-	f := &fakeNginx{dir: cfg.OutputDir}
-	now := t0
-	u := New(cfg, Options{Runner: f, Queue: q, Now: func() time.Time { return now }})
-	rep, err := u.Pass(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := rep.Views[0]
-	if v.Tier != "fast" || v.State != StateDown || v.Reason != ReasonQueued || v.Job != "7" ||
-		v.ExpectedBack == nil || !v.ExpectedBack.Equal(t0.Add(10*time.Minute+20*time.Second)) || v.RetryAfter != 600 {
-		t.Fatalf("view %+v", v)
-	}
-	conf, _ := os.ReadFile(filepath.Join(cfg.OutputDir, "upstream-fast.conf"))
-	if !strings.Contains(string(conf), "map $host $slurm_llm_fast_retry_after { default 600; }") {
-		t.Errorf("upstream file without the Retry-After:\n%s", conf)
-	}
-	body := readBody(t, cfg.OutputDir, "fast")
-	if body["expected_back"] != "2026-11-21T12:10:20Z" || body["reason"] != ReasonQueued {
-		t.Errorf("body %v", body)
-	}
-	reloads := countCalls(f.calls, "reload")
-	q.set(func(q *fakeQueue) { q.jobs[0].Start = t0.Add(11 * time.Minute) })
-	now = t0.Add(time.Second)
-	u.tiers.last.at = time.Time{} // answer due again
-	if _, err := u.Pass(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if body := readBody(t, cfg.OutputDir, "fast"); body["expected_back"] != "2026-11-21T12:11:20Z" {
-		t.Errorf("body after a new estimate: %v", body)
-	}
-	if countCalls(f.calls, "reload") != reloads {
-		t.Errorf("a new estimate in the same Retry-After bucket reloaded nginx")
-	}
-}
-
-func readBody(t *testing.T, dir, tier string) map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, nginx.UnavailableFile(tier)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("%v: %s", err, b)
-	}
-	return doc
-}
-
 func countCalls(calls []string, kind string) int {
 	n := 0
 	for _, c := range calls {
@@ -161,7 +97,7 @@ func TestWatchRecordsAvailability(t *testing.T) {
 	q := &fakeQueue{jobs: []slurm.QueuedJob{{ID: "1", State: slurm.JobRunning, Reason: "None", Priority: 1, UID: me,
 		Partition: "gpu_ai", NodeList: "node1", Name: "llm-fast", Start: time.Now()}}}
 	m := &Metrics{}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Queue: q, Metrics: m,
+	u := New(cfg, Options{Queue: q, Metrics: m,
 		Resolver: fakeResolver{}})
 	h := startWatch(t, u, nil)
 	state := func(want, reason string) func(Report) bool {
@@ -225,7 +161,7 @@ func TestTierQuestionsWaitForTheSchedulerCheck(t *testing.T) {
 	q := &fakeQueue{jobs: []slurm.QueuedJob{{ID: "7", State: slurm.JobPending, Reason: "Priority", Priority: 1,
 		UID: me, Partition: "gpu_ai", Name: "llm-fast", Start: t0.Add(10 * time.Minute)}}}
 	now := t0
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Queue: q, Now: func() time.Time { return now }})
+	u := New(cfg, Options{Queue: q, Now: func() time.Time { return now }})
 	if _, err := u.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +193,7 @@ func TestADrainAsksSlurmAtOnce(t *testing.T) {
 	cfg.SweepInterval = time.Hour
 	q := &fakeQueue{}
 	now := t0
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Queue: q, Now: func() time.Time { return now }})
+	u := New(cfg, Options{Queue: q, Now: func() time.Time { return now }})
 	pass := func() int {
 		t.Helper()
 		if _, err := u.Pass(context.Background()); err != nil {

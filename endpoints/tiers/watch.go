@@ -318,7 +318,7 @@ func (s *watchState) askTiersIfDue(ctx context.Context) {
 // the scheduler is asked at all); otherwise its channel is nil.
 func (s *watchState) staleTicker() (<-chan time.Time, func()) {
 	c := s.u.cfg
-	if !c.Stale.Remove || !c.Scheduler.Check || s.u.opts.Scheduler == nil || s.u.front() {
+	if !c.Stale.Remove || !c.Scheduler.Check || s.u.opts.Scheduler == nil || s.u.opts.ReadOnly {
 		return nil, func() {}
 	}
 	t := time.NewTicker(c.Stale.Interval)

@@ -95,8 +95,7 @@ func servers(tier string) func(Report) []string {
 func TestWatch(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.SweepInterval = time.Hour // only file events drive passes, until the dir is recreated
-	f := &fakeNginx{dir: cfg.OutputDir}
-	u := New(cfg, Options{Runner: f, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Now: func() time.Time { return t0 }})
 	h := startWatch(t, u, nil)
 	fast := servers("fast")
 	h.waitFor("the first pass ran", func(r Report) bool { return len(r.Tiers) == 2 })
@@ -113,7 +112,7 @@ func TestWatch(t *testing.T) {
 	if err := endpoints.Remove(cfg.EndpointDir, "fast", "1"); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("fast has nothing after removal", func(r Report) bool { return len(fast(r)) == 0 && r.Reloaded })
+	h.waitFor("fast has nothing after removal", func(r Report) bool { return len(fast(r)) == 0 })
 }
 
 // The endpoint dir removed and made again (a remount, an admin's rm -r) is
@@ -121,7 +120,7 @@ func TestWatch(t *testing.T) {
 func TestWatchDirRecreated(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.SweepInterval = 20 * time.Millisecond
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Now: func() time.Time { return t0 }})
 	h := startWatch(t, u, nil)
 	h.waitFor("the first pass ran", func(r Report) bool { return len(r.Tiers) == 2 })
 	if err := os.RemoveAll(cfg.EndpointDir); err != nil {
@@ -144,14 +143,11 @@ func TestWatchReloadConfig(t *testing.T) {
 	cfg.SweepInterval = time.Hour
 	next := cfg
 	next.Tiers = map[string]TierConfig{"fast": {}, "reasoning": {Backup: "fast"}, "code": {}}
-	u := New(cfg, Options{Runner: &fakeNginx{dir: cfg.OutputDir}, Now: func() time.Time { return t0 }})
+	u := New(cfg, Options{Now: func() time.Time { return t0 }})
 	h := startWatch(t, u, func() (Config, error) { return next, nil })
 	h.waitFor("the first pass ran", func(r Report) bool { return len(r.Tiers) == 2 })
 	h.sendReload()
 	h.waitFor("three tiers after reload", func(r Report) bool { return len(r.Tiers) == 3 })
-	if _, err := os.Stat(cfg.OutputDir + "/upstream-code.conf"); err != nil {
-		t.Errorf("new tier's file: %v", err)
-	}
 }
 
 // overwriteInPlace rewrites e's existing file without a rename, as an admin's
@@ -306,21 +302,20 @@ func (n *notes) next(t *testing.T) string {
 	}
 }
 
-// gateNginx is an nginx whose test blocks, once armed, until released: a
-// pass that hangs.
-type gateNginx struct {
-	fakeNginx
+// gateConsumer is a consumer that blocks, once armed, until released: a
+// pass that hangs (as in an nginx -t that does not return).
+type gateConsumer struct {
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (g *gateNginx) Run(ctx context.Context, argv []string) ([]byte, error) {
+func (g *gateConsumer) Consume(context.Context, *Report) error {
 	if g.armed.Load() {
 		g.entered <- struct{}{}
 		<-g.release
 	}
-	return g.fakeNginx.Run(ctx, argv)
+	return nil
 }
 
 // Watch says READY=1 after its first pass, pings WATCHDOG=1 from its loop
@@ -329,8 +324,8 @@ func (g *gateNginx) Run(ctx context.Context, argv []string) ([]byte, error) {
 func TestWatchNotifiesServiceManager(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.SweepInterval = time.Hour
-	g := &gateNginx{fakeNginx: fakeNginx{dir: cfg.OutputDir}, entered: make(chan struct{}), release: make(chan struct{})}
-	u := New(cfg, Options{Runner: g, Now: func() time.Time { return t0 }})
+	g := &gateConsumer{entered: make(chan struct{}), release: make(chan struct{})}
+	u := New(cfg, Options{Consumers: []Consumer{g}, Now: func() time.Time { return t0 }})
 	n := &notes{c: make(chan string, 100)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -349,7 +344,7 @@ func TestWatchNotifiesServiceManager(t *testing.T) {
 	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
 		t.Fatal(err)
 	}
-	<-g.entered // the pass hangs in nginx -t
+	<-g.entered // the pass hangs in its consumer
 	for len(n.c) > 0 {
 		<-n.c // pings sent before the pass began
 	}

@@ -1,4 +1,4 @@
-package tiers
+package nginx
 
 import (
 	"os"
@@ -14,8 +14,9 @@ import (
 // (live servers) is kept byte for byte.
 func TestPlaceholdersWriteOnlyMissingFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nginx", "slurm-llm")
-	cfg := Config{OutputDir: dir, EndpointDir: "/ep", Tiers: map[string]TierConfig{"fast": {}, "reasoning": {Backup: "fast"}}}
-	wrote, err := WritePlaceholders(cfg, "llm-upstreams test")
+	cfg := Config{OutputDir: dir}
+	tiers := []TierSpec{{Name: "fast"}, {Name: "reasoning", Backup: "fast"}}
+	wrote, err := WritePlaceholders(cfg, tiers, "/ep", "llm-upstreams test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestPlaceholdersWriteOnlyMissingFiles(t *testing.T) {
 	if err := os.Remove(want[0]); err != nil {
 		t.Fatal(err)
 	}
-	wrote, err = WritePlaceholders(cfg, "llm-upstreams test")
+	wrote, err = WritePlaceholders(cfg, tiers, "/ep", "llm-upstreams test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package tiers
+package nginx
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
-
-	"slurm-llm/endpoints/nginx"
 )
 
 // fakeNginx records commands and fails the ones named in fail. When it runs
@@ -53,10 +51,10 @@ func readDirFiles(dir string) map[string]string {
 	return out
 }
 
-func ups(files ...string) []nginx.Upstream {
-	var out []nginx.Upstream
+func ups(files ...string) []Upstream {
+	var out []Upstream
 	for i := 0; i+1 < len(files); i += 2 {
-		out = append(out, nginx.Upstream{File: files[i], Bytes: []byte(files[i+1])})
+		out = append(out, Upstream{File: files[i], Bytes: []byte(files[i+1])})
 	}
 	return out
 }
@@ -65,7 +63,7 @@ func TestApply(t *testing.T) {
 	tests := []struct {
 		name      string
 		before    map[string]string // files on disk before, "" stamp from applying it
-		apply     []nginx.Upstream
+		apply     []Upstream
 		fail      map[string]bool
 		wantCalls []string
 		wantFiles map[string]string
@@ -91,9 +89,9 @@ func TestApply(t *testing.T) {
 			f := &fakeNginx{dir: dir}
 			a := &Applier{Dir: dir, Test: []string{"nginx", "-t"}, Reload: []string{"nginx", "-s", "reload"}, Runner: f, Log: hclog.NewNullLogger()}
 			if tt.before != nil {
-				var prev []nginx.Upstream
+				var prev []Upstream
 				for _, name := range slices.Sorted(maps.Keys(tt.before)) {
-					prev = append(prev, nginx.Upstream{File: name, Bytes: []byte(tt.before[name])})
+					prev = append(prev, Upstream{File: name, Bytes: []byte(tt.before[name])})
 				}
 				if _, err := a.Apply(context.Background(), prev); err != nil {
 					t.Fatal(err)

@@ -1,4 +1,4 @@
-package tiers
+package nginx
 
 import (
 	"bytes"
@@ -14,17 +14,28 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/fsutil"
-	"slurm-llm/endpoints/nginx"
+	"slurm-llm/endpoints/tiers"
 )
 
 // Errors of Apply a caller may count apart. Both leave the last good files
 // in place; the running nginx was not touched.
+// They wrap the core's classes (tiers.ErrRefused, tiers.ErrNotSwitched),
+// which the pass's metrics count.
 var (
 	// ErrTestFailed: nginx -t refused the candidate files; they were rolled back.
-	ErrTestFailed = errors.New("nginx config test failed")
+	ErrTestFailed error = &classed{"nginx config test failed", tiers.ErrRefused}
 	// ErrReloadFailed: the reload command failed; the files were rolled back.
-	ErrReloadFailed = errors.New("nginx reload failed")
+	ErrReloadFailed error = &classed{"nginx reload failed", tiers.ErrNotSwitched}
 )
+
+// classed is an error with its own text that is also its class.
+type classed struct {
+	msg   string
+	class error
+}
+
+func (e *classed) Error() string { return e.msg }
+func (e *classed) Unwrap() error { return e.class }
 
 // stampFile records, in the output dir, a digest of the file set that was
 // last tested and reloaded. A set on disk that does not match it (a crash
@@ -72,7 +83,7 @@ type prior struct {
 // test or the reload fails, the previous files are put back, so the running
 // nginx and the files on disk stay the last good config; the error wraps
 // ErrTestFailed or ErrReloadFailed.
-func (a *Applier) Apply(ctx context.Context, ups []nginx.Upstream) (ApplyResult, error) {
+func (a *Applier) Apply(ctx context.Context, ups []Upstream) (ApplyResult, error) {
 	digest := setDigest(ups)
 	priors, err := a.changedFiles(ups)
 	if err != nil {
@@ -110,7 +121,7 @@ func (a *Applier) Apply(ctx context.Context, ups []nginx.Upstream) (ApplyResult,
 
 // changedFiles returns, for each upstream whose file differs from its
 // bytes, what the file held before.
-func (a *Applier) changedFiles(ups []nginx.Upstream) ([]prior, error) {
+func (a *Applier) changedFiles(ups []Upstream) ([]prior, error) {
 	var out []prior
 	for _, u := range ups {
 		old, err := os.ReadFile(filepath.Join(a.Dir, u.File))
@@ -127,7 +138,7 @@ func (a *Applier) changedFiles(ups []nginx.Upstream) ([]prior, error) {
 }
 
 // writeAll writes the changed files; on a failure it restores those done.
-func (a *Applier) writeAll(ups []nginx.Upstream, priors []prior) error {
+func (a *Applier) writeAll(ups []Upstream, priors []prior) error {
 	want := make(map[string][]byte, len(ups))
 	for _, u := range ups {
 		want[u.File] = u.Bytes
@@ -158,7 +169,7 @@ func (a *Applier) rollback(priors []prior) {
 }
 
 // setDigest is a digest of the whole file set: names, lengths and bytes.
-func setDigest(ups []nginx.Upstream) string {
+func setDigest(ups []Upstream) string {
 	h := sha256.New()
 	for _, u := range ups {
 		fmt.Fprintf(h, "%s\x00%d\x00", u.File, len(u.Bytes))

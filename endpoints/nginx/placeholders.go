@@ -1,4 +1,4 @@
-package tiers
+package nginx
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"slurm-llm/endpoints/fsutil"
-	"slurm-llm/endpoints/nginx"
 )
 
 // WritePlaceholders writes, into the config's output directory, the
@@ -19,12 +18,13 @@ import (
 // one (on RHEL the package puts the site in conf.d/, which nginx loads at
 // its next reload). An existing file is never touched, so a running
 // watcher's routing is kept; nothing runs nginx. It returns the paths it
-// wrote.
-func WritePlaceholders(cfg Config, generator string) ([]string, error) {
+// wrote. tiers are the configured tiers; source, the endpoint directory,
+// is named in the files' header.
+func WritePlaceholders(cfg Config, tiers []TierSpec, source, generator string) ([]string, error) {
 	if err := os.MkdirAll(cfg.OutputDir, 0o755); err != nil {
 		return nil, fmt.Errorf("make output_dir: %w", err)
 	}
-	ups := nginx.Render(cfg.TierSpecs(), nil, nginx.RenderMeta{Generator: generator, Source: cfg.EndpointDir})
+	ups := Render(tiers, nil, RenderMeta{Generator: generator, Source: source})
 	var wrote []string
 	for _, u := range ups {
 		path := filepath.Join(cfg.OutputDir, u.File)
