@@ -35,7 +35,7 @@ const (
 // process collectors every listener adds.
 var goldenFiles = []string{
 	"../endpoints/tiers/testdata/metrics-families.golden",
-	"../endpoints/tiers/testdata/process-families.golden",
+	"../cmd/llm-upstreams/testdata/process-families.golden",
 	"../endpoints/keeper/testdata/metrics-families.golden",
 	"../endpoints/front/testdata/metrics-families.golden",
 }

@@ -9,7 +9,7 @@ import (
 
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/keeper"
-	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tiers/continuity"
 	"slurm-llm/supervisor/tier"
 )
 
@@ -20,7 +20,7 @@ import (
 // the holds are in the controller's upstreams.toml and the release in the
 // keeper's config, read when found (--upstreams, else beside the tier's
 // config; the keeper's beside it, else the one upstreams.toml names). It returns a note saying what was checked, and the warnings of
-// tiers.CheckContinuation; the front door's start warns too, with the
+// continuity.Check; the front door's start warns too, with the
 // measured start-to-ready but without the drain.
 func checkContinuation(cfg *tier.Config, opts *checkConfigOptions) (string, []string) {
 	path, given := opts.upstreams, opts.upstreams != ""
@@ -40,9 +40,9 @@ func checkContinuation(cfg *tier.Config, opts *checkConfigOptions) (string, []st
 	}
 	kc, kpath, kerr := loadKeeperBeside(uc.KeeperConfig, opts.path)
 	split := tier.Split(cfg.Kind, cfg.Timeouts, cfg.Drain, tier.ShimMargin)
-	f := tiers.ContinueFacts{Tier: cfg.Tier, Front: uc.Front.Hold(cfg.Tier), HoldUnknown: uc.Front.HoldUnknown,
+	f := continuity.Facts{Tier: cfg.Tier, Front: uc.Front.Hold(cfg.Tier), HoldUnknown: uc.Front.HoldUnknown,
 		InFlight: split.InFlight, Stop: split.Stop()}
-	f.Release, f.ReleaseWithin, f.NoRelease = tiers.KeeperRelease(kc, cfg.Tier)
+	f.Release, f.ReleaseWithin, f.NoRelease = continuity.KeeperRelease(kc, cfg.Tier)
 	if kerr != nil {
 		f.NoRelease = kerr.Error()
 	}
@@ -53,9 +53,9 @@ func checkContinuation(cfg *tier.Config, opts *checkConfigOptions) (string, []st
 		left := ft.Hold - split.Stop() - f.ReleaseWithin
 		note += fmt.Sprintf("the keeper's release (%s, %s) leave %s for the start and the load", f.ReleaseWithin, kpath, left)
 	} else {
-		note += fmt.Sprintf("Slurm's requeue hold (%s: %s)", tiers.SlurmRequeueHold, f.NoRelease)
+		note += fmt.Sprintf("Slurm's requeue hold (%s: %s)", continuity.SlurmRequeueHold, f.NoRelease)
 	}
-	return note, tiers.CheckContinuation(f)
+	return note, continuity.Check(f)
 }
 
 // loadKeeperBeside loads keeper.toml beside the tier's config (the set of

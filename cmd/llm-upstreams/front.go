@@ -18,10 +18,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/cmd/internal/journal"
+	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
 	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tiers/continuity"
 )
 
 // frontShutdownGrace is how long a stopping front door lets the answers
@@ -145,14 +147,14 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(fd.StatusJSON())
 		})
-		routes := []tiers.Route{{Path: "/status", Handler: status}}
+		routes := []Route{{Path: "/status", Handler: status}}
 		if users.OperatorKeys != nil {
 			// The key endpoint on the operator listener too: root revokes a
 			// leaked key here whatever happens on the client port.
-			routes = append(routes, tiers.Route{Path: access.KeysPath, Handler: users.OperatorKeys})
+			routes = append(routes, Route{Path: access.KeysPath, Handler: users.OperatorKeys})
 		}
 		go func() {
-			errs <- tiers.ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, routes...)
+			errs <- ServeMetrics(ctx, cfg.Front.MetricsListen, fd.Metrics().Gatherer(), version, routes...)
 		}()
 	}
 	err = <-errs
@@ -185,20 +187,20 @@ func newFrontUpdater(cfg tiers.Config, log hclog.Logger, consumers ...tiers.Cons
 // measured start-to-ready. The drains are set in the tiers' configs, on
 // the job side: llm-supervisor check-config checks them against this
 // file.
-func warnContinuation(facts []tiers.ContinueFacts, log hclog.Logger) {
+func warnContinuation(facts []continuity.Facts, log hclog.Logger) {
 	for _, f := range facts {
-		for _, why := range tiers.CheckContinuation(f) {
+		for _, why := range continuity.Check(f) {
 			log.Warn("a stream cut by a drain would not be continued", "tier", f.Tier, "why", why)
 		}
 	}
 }
 
 // listenFrontHints opens the front door's own hint listener, if set.
-func listenFrontHints(addr string, log hclog.Logger) (*tiers.Hints, error) {
+func listenFrontHints(addr string, log hclog.Logger) (*endpoints.Hints, error) {
 	if addr == "" {
 		return nil, nil
 	}
-	h, err := tiers.ListenHints(addr)
+	h, err := endpoints.ListenHints(addr)
 	if err != nil {
 		log.Error("hints", "error", err)
 		return nil, err

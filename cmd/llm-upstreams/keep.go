@@ -34,7 +34,6 @@ import (
 	"slurm-llm/cmd/internal/journal"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/members"
-	"slurm-llm/endpoints/tiers"
 )
 
 // Exit codes of keep and tier (the same numbers as the rest of the binary).
@@ -179,7 +178,7 @@ func runKeep(args []string, stdout, stderr io.Writer) int {
 	log.Info("keeping tiers queued", "tiers", cfg.TierNames(), "interval", *interval)
 	if cfg.MetricsListen != "" {
 		go func() {
-			if err := tiers.ServeMetrics(ctx, cfg.MetricsListen, k.Gatherer(), version); err != nil {
+			if err := ServeMetrics(ctx, cfg.MetricsListen, k.Gatherer(), version); err != nil {
 				log.Error("metrics server stopped; the keeper goes on without it", "error", err)
 			}
 		}()

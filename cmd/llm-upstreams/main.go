@@ -34,11 +34,13 @@ import (
 
 	"slurm-llm/cmd/internal/cli"
 	"slurm-llm/cmd/internal/journal"
+	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/fsutil"
 	"slurm-llm/endpoints/keeper"
 	"slurm-llm/endpoints/nginx"
 	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tiers/report"
 	"slurm-llm/slurm"
 )
 
@@ -284,9 +286,9 @@ func runWatch(cfg config.Config, path string, log hclog.Logger) int {
 	go forwardSignals(ctx, sigs, cancel, hup, log)
 	site := newSite(cfg.Nginx, log)
 	u := newUpdater(cfg.Watcher, log, site)
-	var hints *tiers.Hints
+	var hints *endpoints.Hints
 	if cfg.HintListen != "" {
-		h, err := tiers.ListenHints(cfg.HintListen)
+		h, err := endpoints.ListenHints(cfg.HintListen)
 		if err != nil {
 			log.Error("hints", "error", err)
 			return exitFailed
@@ -297,7 +299,7 @@ func runWatch(cfg config.Config, path string, log hclog.Logger) int {
 	}
 	metricsErr := make(chan error, 1)
 	if cfg.Metrics.Listen != "" {
-		go func() { metricsErr <- tiers.ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer(), version) }()
+		go func() { metricsErr <- ServeMetrics(ctx, cfg.Metrics.Listen, u.Metrics().Gatherer(), version) }()
 	}
 	watchErr := make(chan error, 1)
 	go func() {
@@ -359,7 +361,7 @@ func forwardSignals(ctx context.Context, sigs <-chan os.Signal, cancel func(), h
 // availability record in state_dir.
 func runReport(cfg tiers.Config, since string, asJSON bool, log hclog.Logger, stdout io.Writer) int {
 	now := time.Now()
-	from, err := tiers.ParseSince(since, now)
+	from, err := report.ParseSince(since, now)
 	if err != nil {
 		log.Error("report", "error", err)
 		return exitUsage
@@ -373,9 +375,9 @@ func runReport(cfg tiers.Config, since string, asJSON bool, log hclog.Logger, st
 		log.Error("report", "error", err)
 		return exitFailed
 	}
-	rep := tiers.Availability(events, slices.Sorted(maps.Keys(cfg.Tiers)), from, now)
+	rep := report.Availability(events, slices.Sorted(maps.Keys(cfg.Tiers)), from, now)
 	rep.BadLines = bad
-	if err := tiers.WriteAvailability(stdout, rep, asJSON); err != nil {
+	if err := report.WriteAvailability(stdout, rep, asJSON); err != nil {
 		log.Error("report", "error", err)
 		return exitFailed
 	}
@@ -393,7 +395,7 @@ func runStatus(cfg config.Config, o options, log hclog.Logger, stdout io.Writer)
 		return exitFailed
 	}
 	newSite(cfg.Nginx, log).Describe(&rep, nil, false)
-	if err := tiers.WriteStatus(stdout, rep, o.asJSON); err != nil {
+	if err := report.WriteStatus(stdout, rep, o.asJSON); err != nil {
 		log.Error("status", "error", err)
 		return exitFailed
 	}

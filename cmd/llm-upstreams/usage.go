@@ -12,7 +12,7 @@ import (
 
 	usagedb "slurm-llm/endpoints/access/usage"
 	"slurm-llm/endpoints/config"
-	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tiers/report"
 )
 
 func usageUsage(w io.Writer) {
@@ -43,7 +43,7 @@ func runUsage(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	now := time.Now()
-	from, err := tiers.ParseSince(*since, now)
+	from, err := report.ParseSince(*since, now)
 	if err != nil {
 		log.Error("usage", "error", err)
 		return exitUsage

@@ -13,7 +13,7 @@ import (
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/access"
-	"slurm-llm/endpoints/tiers"
+	"slurm-llm/endpoints/tiers/continuity"
 	"slurm-llm/endpoints/tomlconf"
 )
 
@@ -184,10 +184,10 @@ func (c *Config) Tier(name string) TierConfig {
 }
 
 // Hold is what the continuation rule weighs of tier name's settings
-// (tiers.CheckContinuation).
-func (c *Config) Hold(name string) tiers.FrontHold {
+// (continuity.Check).
+func (c *Config) Hold(name string) continuity.FrontHold {
 	t := c.Tier(name)
-	return tiers.FrontHold{Hold: t.Hold, Continue: t.Continue}
+	return continuity.FrontHold{Hold: t.Hold, Continue: t.Continue}
 }
 
 // Field declares the [front] table's keys, access's tables among them.

@@ -124,7 +124,7 @@ func TestE2EBindfsHidesWritesFromInotify(t *testing.T) {
 type hintRig struct {
 	n       *privateNginx
 	backing string
-	hints   *Hints
+	hints   *endpoints.Hints
 	cfg     config.Config
 }
 
@@ -134,7 +134,7 @@ func startHintRig(t testing.TB, sweep time.Duration) *hintRig {
 	t.Helper()
 	backing, view := bindfsView(t)
 	n := startNginx(t)
-	hints, err := ListenHints("127.0.0.1:0")
+	hints, err := endpoints.ListenHints("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,9 +17,9 @@ func TestHintMessage(t *testing.T) {
 }
 
 // listenHints listens on a free loopback port, closed when the test ends.
-func listenHints(t *testing.T) *Hints {
+func listenHints(t *testing.T) *endpoints.Hints {
 	t.Helper()
-	h, err := ListenHints("127.0.0.1:0")
+	h, err := endpoints.ListenHints("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestSendHintToSeveralListeners(t *testing.T) {
 	if err := endpoints.SendHint(context.Background(), a.Addr().String()+", "+b.Addr().String(), "fast", "1"); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range []*Hints{a, b} {
+	for _, h := range []*endpoints.Hints{a, b} {
 		select {
 		case <-h.C():
 		case <-time.After(10 * time.Second):

@@ -240,6 +240,10 @@ type outageEnd struct {
 // first reason).
 var passing = map[string]bool{ReasonStopping: true, ReasonStarting: true, ReasonUnknown: true}
 
+// Passing reports whether reason is a passing one (see passing): an
+// outage's cause is the first reason it gave that is not.
+func Passing(reason string) bool { return passing[reason] }
+
 // transition folds a tier's view into its memory's record state: the
 // event to append when the state or reason changed (nil otherwise), and
 // the outage that ended, if the tier is routed again. It is pure.

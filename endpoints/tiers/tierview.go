@@ -618,5 +618,5 @@ func UnavailableBody(v TierView) []byte {
 	return append(b, '\n')
 }
 
-// oneLineReason keeps a reason on a table row.
-func oneLineReason(s string) string { return strings.Join(strings.Fields(s), " ") }
+// OneLineReason keeps a reason on a table row.
+func OneLineReason(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -213,46 +212,6 @@ func TestPass(t *testing.T) {
 				t.Errorf("whys (-want +got):\n%s unverified %v", d, unverified)
 			}
 		})
-	}
-}
-
-func TestWriteStatus(t *testing.T) {
-	cfg := testConfig(t)
-	if err := endpoints.Write(cfg.EndpointDir, testEndpoint("fast", "1", "10.0.0.1", 8080)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfg.EndpointDir, "fast-2.json"), []byte("{"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	replica := testEndpoint("fast", "3", "10.0.0.3", 8080) // a second replica, busy
-	four := 4
-	replica.Node, replica.InFlight = "node3", &four
-	if err := endpoints.Write(cfg.EndpointDir, replica); err != nil {
-		t.Fatal(err)
-	}
-	u := New(cfg, Options{Now: func() time.Time { return t0 }})
-	rep, err := u.Evaluate(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var text, js bytes.Buffer
-	if err := WriteStatus(&text, rep, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteStatus(&js, rep, true); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"fast (backup)", "10.0.0.1:8080", "fast-2.json", "unexpected end of JSON"} {
-		if !strings.Contains(text.String(), want) {
-			t.Errorf("status lacks %q:\n%s", want, text.String())
-		}
-	}
-	// Each replica's line: job, node, state and requests in flight.
-	if !regexp.MustCompile(`(?m)^fast-3\.json +fast +3 +0 +node3 +ready +4 +10\.0\.0\.3:8080 `).MatchString(text.String()) {
-		t.Errorf("status lacks the replica's line (job 3, node3, ready, 4 in flight):\n%s", text.String())
-	}
-	if !strings.Contains(js.String(), `"served_by": "fast"`) {
-		t.Errorf("json status lacks served_by:\n%s", js.String())
 	}
 }
 

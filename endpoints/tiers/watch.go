@@ -27,7 +27,7 @@ type WatchOptions struct {
 	// Hints, if set, wakes Watch for a coalesced pass, like a file event:
 	// on NFS the writes of other nodes raise no file event. The caller
 	// owns it (ListenHints, Close).
-	Hints *Hints
+	Hints *endpoints.Hints
 	// Notify, if set, is told how the loop does, in sd_notify's words:
 	// "READY=1" after the first pass, "WATCHDOG=1" every WatchdogInterval
 	// from the loop itself, so that a pass that hangs stops the pings and

@@ -1,4 +1,4 @@
-package tiers
+package report
 
 import (
 	"bytes"
@@ -7,38 +7,42 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"slurm-llm/endpoints/tiers"
 )
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
 func at0(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 
-func stateEv(s int, tier, state, reason string) RecordEvent {
-	return RecordEvent{Time: at0(s), Event: EventState, Tier: tier, State: state, Reason: reason}
+func stateEv(s int, tier, state, reason string) tiers.RecordEvent {
+	return tiers.RecordEvent{Time: at0(s), Event: tiers.EventState, Tier: tier, State: state, Reason: reason}
 }
 
 func TestAvailability(t *testing.T) {
-	events := []RecordEvent{
-		{Time: at0(0), Event: EventStart},
-		stateEv(0, "fast", StateRouted, ReasonRouted),
-		stateEv(100, "fast", StateDown, ReasonStopping), // preemption 1 (its drain first): back after 4 s
-		stateEv(101, "fast", StateDown, ReasonPreempted),
-		stateEv(102, "fast", StateDown, ReasonStarting),
-		stateEv(104, "fast", StateRouted, ReasonRouted),
-		stateEv(200, "fast", StateDown, ReasonPreempted), // preemption 2: back after 6 s
-		stateEv(206, "fast", StateRouted, ReasonRouted),
-		stateEv(300, "fast", StateDown, ReasonQueued), // 60 s queued
-		stateEv(360, "fast", StateRouted, ReasonRouted),
-		{Time: at0(400), Event: EventStop}, // 100 s unobserved
-		{Time: at0(500), Event: EventStart},
-		stateEv(900, "fast", StateBackup, ReasonPreempted), // still on its backup at the end (1000)
+	events := []tiers.RecordEvent{
+		{Time: at0(0), Event: tiers.EventStart},
+		stateEv(0, "fast", tiers.StateRouted, tiers.ReasonRouted),
+		stateEv(100, "fast", tiers.StateDown, tiers.ReasonStopping), // preemption 1 (its drain first): back after 4 s
+		stateEv(101, "fast", tiers.StateDown, tiers.ReasonPreempted),
+		stateEv(102, "fast", tiers.StateDown, tiers.ReasonStarting),
+		stateEv(104, "fast", tiers.StateRouted, tiers.ReasonRouted),
+		stateEv(200, "fast", tiers.StateDown, tiers.ReasonPreempted), // preemption 2: back after 6 s
+		stateEv(206, "fast", tiers.StateRouted, tiers.ReasonRouted),
+		stateEv(300, "fast", tiers.StateDown, tiers.ReasonQueued), // 60 s queued
+		stateEv(360, "fast", tiers.StateRouted, tiers.ReasonRouted),
+		{Time: at0(400), Event: tiers.EventStop}, // 100 s unobserved
+		{Time: at0(500), Event: tiers.EventStart},
+		stateEv(900, "fast", tiers.StateBackup, tiers.ReasonPreempted), // still on its backup at the end (1000)
 	}
 	rep := Availability(events, []string{"fast", "idle"}, at0(0), at0(1000))
 	fast := rep.Tiers[0]
 	want := TierAvailability{Tier: "fast", Observed: 900 * time.Second, Routed: 730 * time.Second, Backup: 100 * time.Second,
 		Down: 70 * time.Second, RoutedPct: 81.11, ServedPct: 92.22, Outages: 4, Preemptions: 3,
 		Recovery: DurationStats{Count: 2, Median: 5 * time.Second, P90: 6 * time.Second, Max: 6 * time.Second},
-		Longest:  &Outage{Start: at0(900), Duration: 100 * time.Second, Cause: ReasonPreempted},
-		Why: []CauseTime{{Cause: ReasonPreempted, Outages: 3, Time: 110 * time.Second},
-			{Cause: ReasonQueued, Outages: 1, Time: 60 * time.Second}}}
+		Longest:  &Outage{Start: at0(900), Duration: 100 * time.Second, Cause: tiers.ReasonPreempted},
+		Why: []CauseTime{{Cause: tiers.ReasonPreempted, Outages: 3, Time: 110 * time.Second},
+			{Cause: tiers.ReasonQueued, Outages: 1, Time: 60 * time.Second}}}
 	if d := cmp.Diff(want, fast); d != "" {
 		t.Errorf("fast (-want +got):\n%s", d)
 	}

@@ -1,4 +1,4 @@
-package tiers
+package report
 
 import (
 	"encoding/json"
@@ -9,11 +9,13 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"slurm-llm/endpoints/tiers"
 )
 
 // WriteStatus prints a report for people (a table per section) or, with
 // asJSON, as one JSON document for tools.
-func WriteStatus(w io.Writer, rep Report, asJSON bool) error {
+func WriteStatus(w io.Writer, rep tiers.Report, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -68,7 +70,7 @@ func WriteStatus(w io.Writer, rep Report, asJSON bool) error {
 
 // writeViews prints each tier's state, why, its job, the job that
 // preempted it and when it is expected back.
-func writeViews(tw io.Writer, views []TierView) {
+func writeViews(tw io.Writer, views []tiers.TierView) {
 	if len(views) == 0 {
 		return
 	}
@@ -92,7 +94,7 @@ func writeViews(tw io.Writer, views []TierView) {
 		}
 		back := "unknown"
 		switch {
-		case v.State == StateRouted:
+		case v.State == tiers.StateRouted:
 			back = "-"
 		case v.ExpectedBack != nil:
 			back = v.ExpectedBack.UTC().Format(time.RFC3339)
@@ -101,9 +103,9 @@ func writeViews(tw io.Writer, views []TierView) {
 		if v.ReadySamples > 0 {
 			ready = fmt.Sprintf("%s (median of %d)", v.StartToReady, v.ReadySamples)
 		}
-		reason := oneLineReason(v.Reason)
+		reason := tiers.OneLineReason(v.Reason)
 		if v.Serving != "" {
-			reason += ": serving on " + oneLineReason(v.Serving)
+			reason += ": serving on " + tiers.OneLineReason(v.Serving)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%ds\t%s\n", v.Tier, v.State, reason, job, by, back,
 			v.RetryAfter, ready)

@@ -1,4 +1,4 @@
-package tiers
+package report
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"slurm-llm/endpoints/tiers"
 )
 
 // The availability report (`llm-upstreams report`) reads the record and
@@ -94,12 +96,12 @@ type tierTrack struct {
 }
 
 // Availability computes the report of events over [since, until] for
-// tiers (and any other tier the events name). It is pure.
-func Availability(events []RecordEvent, tiers []string, since, until time.Time) AvailabilityReport {
+// the tiers named (and any other tier the events name). It is pure.
+func Availability(events []tiers.RecordEvent, names []string, since, until time.Time) AvailabilityReport {
 	evs := slices.Clone(events)
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time.Before(evs[j].Time) })
 	track := map[string]*tierTrack{}
-	for _, t := range tiers {
+	for _, t := range names {
 		track[t] = &tierTrack{acc: TierAvailability{Tier: t}}
 	}
 	observed := false
@@ -118,11 +120,11 @@ func Availability(events []RecordEvent, tiers []string, since, until time.Time) 
 		}
 		advance(ev.Time)
 		switch ev.Event {
-		case EventStart:
+		case tiers.EventStart:
 			observed = true
-		case EventStop:
+		case tiers.EventStop:
 			observed = false
-		case EventState:
+		case tiers.EventState:
 			tt := track[ev.Tier]
 			if tt == nil {
 				tt = &tierTrack{acc: TierAvailability{Tier: ev.Tier}}
@@ -151,9 +153,9 @@ func (tt *tierTrack) account(from, to, since, until time.Time) {
 	d := to.Sub(from)
 	tt.acc.Observed += d
 	switch tt.state {
-	case StateRouted:
+	case tiers.StateRouted:
 		tt.acc.Routed += d
-	case StateBackup:
+	case tiers.StateBackup:
 		tt.acc.Backup += d
 	default:
 		tt.acc.Down += d
@@ -161,16 +163,16 @@ func (tt *tierTrack) account(from, to, since, until time.Time) {
 }
 
 // change applies a state event: an outage begins or ends.
-func (tt *tierTrack) change(ev RecordEvent) {
+func (tt *tierTrack) change(ev tiers.RecordEvent) {
 	switch {
-	case ev.State == StateRouted && tt.outage != nil:
+	case ev.State == tiers.StateRouted && tt.outage != nil:
 		end := ev.Time
 		tt.outage.End, tt.outage.Duration = &end, end.Sub(tt.outage.Start)
 		tt.outages = append(tt.outages, *tt.outage)
 		tt.outage = nil
-	case ev.State != StateRouted && tt.outage == nil:
+	case ev.State != tiers.StateRouted && tt.outage == nil:
 		tt.outage = &Outage{Start: ev.Time, Cause: ev.Reason}
-	case ev.State != StateRouted && passing[tt.outage.Cause] && !passing[ev.Reason]:
+	case ev.State != tiers.StateRouted && tiers.Passing(tt.outage.Cause) && !tiers.Passing(ev.Reason):
 		tt.outage.Cause = ev.Reason
 	}
 	tt.state, tt.reason, tt.at = ev.State, ev.Reason, ev.Time
@@ -202,7 +204,7 @@ func (tt *tierTrack) finish(since, until time.Time) TierAvailability {
 			continue
 		}
 		a.Outages++
-		if o.Cause == ReasonPreempted {
+		if o.Cause == tiers.ReasonPreempted {
 			a.Preemptions++
 			if o.End != nil {
 				recoveries = append(recoveries, o.Duration)
