@@ -5,7 +5,7 @@
 // which entries are routed, as Servers) and the hint a writer sends after a
 // write (hint.go). It is the contract between the two sides: the job
 // (supervisor/...) writes files and sends hints, the controller
-// (endpoints/upstreams, endpoints/front, endpoints/keeper) reads them; both
+// (endpoints/tiers, endpoints/front, endpoints/keeper) reads them; both
 // import it, so it imports neither, nor Slurm nor nginx (rendering is
 // endpoints/nginx's).
 package endpoints

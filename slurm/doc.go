@@ -21,5 +21,5 @@
 //
 // It reports what Slurm says and never decides what it means for a tier:
 // that is supervisor/job (inside a job) and endpoints/keeper and
-// endpoints/upstreams (on the controller).
+// endpoints/tiers (on the controller).
 package slurm

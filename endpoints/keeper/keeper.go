@@ -10,7 +10,7 @@
 // gathers the facts, carries the decisions out and keeps the state files.
 //
 // It runs on the controller only (llm-upstreams keep, tier); it never
-// touches nginx (endpoints/upstreams does) or a running job's processes.
+// touches nginx (endpoints/nginx does) or a running job's processes.
 package keeper
 
 import (
