@@ -1,6 +1,6 @@
 // Package front is the front door: one OpenAI-compatible URL for every
 // tier, routed by the request's "model" in memory. It reads the endpoint
-// files through the same updater as `llm-upstreams watch` (same checks:
+// files through the same core passes as `llm-upstreams watch` (endpoints/tiers; same checks:
 // owners, networks, the job's owner and name in Slurm, leases, fencing,
 // hints), so it routes only to heads that nginx would route to; but where
 // nginx needs a reload for every routing change (which closes kept-alive
@@ -21,6 +21,8 @@
 // It reads its own table of upstreams.toml, [front] (config.go: Config,
 // whose Access is package access's tables); endpoints/config loads the
 // file and hands it over. The package owns no files and starts no
-// processes: cmd/llm-upstreams wires it to the updater
-// (upstreams.Options.Routes), the listeners and systemd.
+// processes: it is one of the core's consumers (Server.Consume takes each
+// pass's tiers.Report, as the nginx room does; it never imports nginx),
+// and cmd/llm-upstreams wires it to the core's read-only passes, the
+// listeners and systemd.
 package front
