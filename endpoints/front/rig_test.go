@@ -373,12 +373,7 @@ func (r *rig) route(down []tiers.TierView, heads ...*testHead) {
 	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
 	routed := map[string]bool{}
 	for _, h := range heads {
-		d := endpoints.Decision{Live: true, Why: endpoints.WhyReady, Entry: endpoints.Entry{
-			File: endpoints.FileName(h.tier, h.job),
-			Endpoint: endpoints.Endpoint{Schema: 2, Tier: h.tier, JobID: h.job, State: endpoints.StateReady,
-				Models: h.models, Node: "node-" + h.job, LeaseExpires: now.Add(time.Hour)}}}
-		rep.Decisions = append(rep.Decisions, d)
-		rep.Live[h.tier] = append(rep.Live[h.tier], endpoints.Server{Addr: h.addr(), File: d.File})
+		addHead(&rep, h.tier, h.job, h.addr(), h.models, now)
 		routed[h.tier] = true
 	}
 	for tier := range routed {
@@ -386,6 +381,16 @@ func (r *rig) route(down []tiers.TierView, heads ...*testHead) {
 	}
 	rep.Views = append(rep.Views, down...)
 	r.s.Update(rep)
+}
+
+// addHead adds to rep a ready, live head of tier (job's) at addr serving models.
+func addHead(rep *tiers.Report, tier, job, addr string, models []string, now time.Time) {
+	d := endpoints.Decision{Live: true, Why: endpoints.WhyReady, Entry: endpoints.Entry{
+		File: endpoints.FileName(tier, job),
+		Endpoint: endpoints.Endpoint{Schema: 2, Tier: tier, JobID: job, State: endpoints.StateReady,
+			Models: models, Node: "node-" + job, LeaseExpires: now.Add(time.Hour)}}}
+	rep.Decisions = append(rep.Decisions, d)
+	rep.Live[tier] = append(rep.Live[tier], endpoints.Server{Addr: addr, File: d.File})
 }
 
 // post sends a chat request for model with tag as its message; hdr adds headers.

@@ -1,0 +1,176 @@
+//go:build e2e
+
+package front
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/tiers"
+)
+
+// The real llama.cpp lane of the front door (make e2e-real): what the fake
+// copies of llama-server's answers (cmd/fake-llama/FACTS.md) checked through
+// the front door against llama.cpp's own llama-server. It runs when
+// LLAMA_BIN names a build (shared/tools/real-llama) and LLAMA_MODEL (or
+// TINY_MODEL) a model; it is skipped otherwise (CI has no llama.cpp).
+
+// realServer is one llama-server on loopback, killed by PID when its test
+// ends.
+type realServer struct {
+	addr  string
+	alias string
+}
+
+// startRealServer starts llama-server with the lane's model and args, and
+// waits until /health answers 200.
+func startRealServer(t *testing.T, args ...string) *realServer {
+	t.Helper()
+	bin, model := os.Getenv("LLAMA_BIN"), os.Getenv("LLAMA_MODEL")
+	if model == "" {
+		model = os.Getenv("TINY_MODEL")
+	}
+	if bin == "" || model == "" {
+		t.Skip("the real llama.cpp lane needs LLAMA_BIN and LLAMA_MODEL (or TINY_MODEL): skipped")
+	}
+	exe := filepath.Join(bin, "llama-server")
+	if _, err := os.Stat(exe); err != nil {
+		t.Skipf("the real llama.cpp lane: %v: skipped", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	s := &realServer{addr: "127.0.0.1:" + strconv.Itoa(port), alias: "tiny"}
+	argv := append([]string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--alias", s.alias,
+		"-c", "2048", "-np", "2", "--metrics", "--no-warmup"}, args...)
+	cmd := exec.Command(exe, argv...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logPath := filepath.Join(t.TempDir(), "llama-server.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		logf.Close()
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get("http://" + s.addr + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("llama-server never became healthy: %v\n%s", err, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// routeReal routes tier fast to s alone.
+func (r *rig) routeReal(s *realServer) {
+	now := time.Now()
+	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
+	addHead(&rep, "fast", "1", s.addr, []string{s.alias}, now)
+	rep.Views = []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}
+	r.s.Update(rep)
+}
+
+// TestE2ERealLlamaCodeCompletion: /completion, /completions and /infill,
+// streamed and whole, through the front door to a real llama-server (issue
+// 37, defect 1; FACTS.md Q10): each answer ends as llama-server ends it
+// (streamed: a last event with "stop": true and no [DONE]; whole: one
+// object with its counts), never with the front door's "cut" event; the
+// access log says answered; the completion tokens counted are the head's
+// tokens_predicted; the head is not marked failing. The lane's tiny model
+// has no FIM tokens: /infill runs with them given as overrides of the
+// model's metadata (token ids 100, 101, 102 of its vocabulary), as a
+// FIM-capable model has them.
+func TestE2ERealLlamaCodeCompletion(t *testing.T) {
+	s := startRealServer(t, "--override-kv", "tokenizer.ggml.fim_pre_token_id=int:100",
+		"--override-kv", "tokenizer.ggml.fim_suf_token_id=int:101",
+		"--override-kv", "tokenizer.ggml.fim_mid_token_id=int:102")
+	for _, path := range []string{"/completion", "/completions", "/infill"} {
+		for _, stream := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s stream=%v", path, stream), func(t *testing.T) {
+				r := newRig(t, nil)
+				r.routeReal(s)
+				body := fmt.Sprintf(`{"model":%q,"stream":%v,"prompt":"hello there","input_prefix":"def f(","input_suffix":"):",`+
+					`"n_predict":6,"grammar":"root ::= [a-z ]+"}`, s.alias, stream)
+				code, answer := r.streamRawBody(path, body)
+				if code != http.StatusOK || strings.Contains(answer, `"code":502`) {
+					t.Fatalf("%d %s", code, answer)
+				}
+				predicted := realPredicted(t, answer, stream)
+				waitFor(t, "the access line", func() bool { return strings.Contains(r.accessLog(), "outcome=") })
+				if line := r.accessLog(); !strings.Contains(line, "outcome=answered") {
+					t.Errorf("access log: want outcome=answered:\n%s", line)
+				}
+				got := testutil.ToFloat64(r.s.metrics.tokens.WithLabelValues("fast", s.alias, "completion"))
+				if predicted == 0 || got != float64(predicted) {
+					t.Errorf("completion tokens counted %v, the head's tokens_predicted %d", got, predicted)
+				}
+				if r.s.tab.Load().heads["fast"][0].failing(r.s.now()) {
+					t.Errorf("the head is marked failing after an answer that ended as llama-server ends it")
+				}
+			})
+		}
+	}
+}
+
+// realPredicted checks that answer is llama-server's own shape, streamed
+// (events, the last with "stop": true and the counts, no [DONE]) or whole,
+// and returns its tokens_predicted.
+func realPredicted(t *testing.T, answer string, stream bool) int {
+	t.Helper()
+	type counts struct {
+		Content   *string `json:"content"`
+		Stop      bool    `json:"stop"`
+		Predicted int     `json:"tokens_predicted"`
+	}
+	if !stream {
+		var c counts
+		if err := json.Unmarshal([]byte(answer), &c); err != nil || c.Content == nil {
+			t.Fatalf("whole answer is not llama-server's object (%v): %s", err, answer)
+		}
+		return c.Predicted
+	}
+	if strings.Contains(answer, "[DONE]") {
+		t.Errorf("a stream of llama-server's own events ended with [DONE]:\n%s", answer)
+	}
+	events, err := sseEvents(strings.NewReader(answer))
+	if err != nil || len(events) == 0 {
+		t.Fatalf("stream: %v: %s", err, answer)
+	}
+	var last counts
+	if err := json.Unmarshal([]byte(events[len(events)-1]), &last); err != nil || !last.Stop {
+		t.Fatalf("the last event is not llama-server's stop event (%v): %s", err, events[len(events)-1])
+	}
+	return last.Predicted
+}
