@@ -353,6 +353,23 @@ func TestBackupModelOnlyWhereConfigured(t *testing.T) {
 	}
 }
 
+// TestNoModelIsTheUITiers: a request that names no model (llama-server's
+// own web UI at the root URL sends none) is the UI tier's, as it was its
+// llama-server's: its model when it serves one, else 400 with the list.
+func TestNoModelIsTheUITiers(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.UITier = "reasoning" })
+	r.route(nil, newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "reasoning", "102", "OR1-Behemoth"))
+	code, hdr, body := r.do("", "x")
+	if code != http.StatusOK || hdr.Get(TierHeader) != "reasoning" || !strings.Contains(body, `"model":"OR1-Behemoth"`) {
+		t.Errorf("no model: %d tier %q %s; want the UI tier's model", code, hdr.Get(TierHeader), body)
+	}
+	two := newRig(t, nil)
+	two.route(nil, newTestHead(t, "fast", "101", "qwen-a", "qwen-b"))
+	if code, _, body := two.do("", "x"); code != http.StatusBadRequest || !strings.Contains(body, "is required") {
+		t.Errorf("no model, the UI tier serving two: %d %s; want 400", code, body)
+	}
+}
+
 func TestRequestLimitsAndBadRequests(t *testing.T) {
 	r := newRig(t, func(c *Config) { c.MaxBodyBytes = 4 << 10 })
 	r.route(nil, newTestHead(t, "fast", "101", "qwen-a"))
@@ -362,7 +379,7 @@ func TestRequestLimitsAndBadRequests(t *testing.T) {
 	}{
 		{"too large", "/v1/chat/completions", "POST", `{"model":"qwen-a","x":"` + strings.Repeat("a", 5<<10) + `"}`, 413},
 		{"not JSON", "/v1/chat/completions", "POST", `hello`, 400},
-		{"no model", "/v1/chat/completions", "POST", `{"messages":[]}`, 400},
+		{"no model: the UI tier's one model", "/v1/chat/completions", "POST", `{"messages":[]}`, 200},
 		{"GET a POST path", "/v1/chat/completions", "GET", ``, 405},
 		{"unknown path", "/admin", "GET", ``, 404},
 		{"bad hold header", "/v1/chat/completions", "POST", `{"model":"qwen-a"}`, 400},

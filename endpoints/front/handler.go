@@ -150,6 +150,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && isUIPath(path):
 		s.serveUI(w, r, c, pinned)
 		return
+	case uiRefused[path]:
+		s.refuseFeature(w, c)
+		return
+	case path == streamsLookupPath || path == streamPath:
+		s.answerNoStreams(w, c)
+		return
 	case pinned == "" && s.isPrefix(path):
 		// A tier's prefix without its slash ("/reasoning"): its UI is at "/reasoning/".
 		http.Redirect(w, r, path+"/", http.StatusMovedPermanently)
@@ -285,7 +291,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 }
 
 // route names the tier and model of a request for model ("" when it
-// names none), under a tier's prefix (pinned) or not; it answers the
+// names none: the UI tier's), under a tier's prefix (pinned) or not; it answers the
 // client itself when there is none (ok false). Under a prefix, a model of
 // another tier is refused (the URL and the body disagree: which one the
 // client meant is not the front door's guess), and a name no tier serves
@@ -293,6 +299,13 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 // llama-server, which nginx's per-tier URL reached, answers any name.
 func (s *Server) route(w http.ResponseWriter, c *call, model, pinned string) (tier, name string, ok bool) {
 	if model == "" && pinned == "" {
+		// The root URL is the UI tier's page (ui.go), and llama-server's
+		// own UI, serving one model, names none: such a request is the UI
+		// tier's, as it was its llama-server's.
+		ui := s.uiTier()
+		if only := s.tierModels(ui); len(only) == 1 {
+			return ui, only[0], true
+		}
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", `"model" is required: name one of the models here`, s.knownModels())
 		return "", "", false
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/front/fronttest"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -173,4 +174,49 @@ func realPredicted(t *testing.T, answer string, stream bool) int {
 		t.Fatalf("the last event is not llama-server's stop event (%v): %s", err, events[len(events)-1])
 	}
 	return last.Predicted
+}
+
+// TestE2ERealLlamaWebUI: llama-server's own chat UI (the build's, tools/ui)
+// opened through the front door in a real browser (headless Chromium),
+// used as a person uses it: the page loads with every file it asks (none
+// answered 404 or 5xx: the files llama-server registers change from build
+// to build, FACTS.md Q11), the server's features it asks for and the front
+// door refuses (/tools) are answered as a head with them off answers, a
+// message typed and sent gets its answer on the page. A screenshot is
+// saved as an artifact; the test reads the answers and the text.
+func TestE2ERealLlamaWebUI(t *testing.T) {
+	browser := fronttest.NeedBrowser(t)
+	s := startRealServer(t, "-n", "12")
+	r := newRig(t, nil)
+	r.routeReal(s)
+	artifacts := filepath.Join(os.TempDir(), "slurm-llm-artifacts")
+	if err := os.MkdirAll(artifacts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(artifacts, "real-webui.png")
+	got, err := browser.Use(r.srv.URL+"/", "hello from a browser", shot)
+	t.Logf("title %q, answers %v, errors %v (screenshot %s)", got.Title, got.Responses, got.Errors, shot)
+	if err != nil {
+		t.Fatalf("the page: %v", err)
+	}
+	chat := false
+	for _, line := range got.Responses {
+		f := strings.Fields(line)
+		code, _ := strconv.Atoi(f[len(f)-1])
+		switch {
+		case code >= 500 || code == http.StatusNotFound:
+			t.Errorf("the page got %s", line)
+		case line == "POST /v1/chat/completions 200":
+			chat = true
+		}
+	}
+	if !chat {
+		t.Errorf("the page's chat request was not answered 200; the access log:\n%s", r.accessLog())
+	}
+	if !strings.Contains(got.Text, "hello from a browser") || !strings.Contains(got.Text, s.alias) {
+		t.Errorf("the page does not show the message and the model %q:\n%s", s.alias, got.Text)
+	}
+	if st, err := os.Stat(shot); err != nil || st.Size() == 0 {
+		t.Errorf("no screenshot at %s: %v", shot, err)
+	}
 }

@@ -21,13 +21,77 @@ import (
 // answered by the handler). The page's chat requests are ordinary
 // /v1/chat/completions, routed by model as every client's.
 
-// uiPaths are the UI's files and the read-only endpoints it calls.
-var uiPaths = map[string]bool{"/": true, "/index.html": true, "/favicon.ico": true, "/props": true, "/slots": true}
+// uiPaths are the UI's pages and the read-only endpoints it calls; its
+// other files are found by their shape (isUIPath).
+var uiPaths = map[string]bool{"/": true, "/index.html": true, "/props": true, "/slots": true}
 
-// isUIPath reports whether a GET of path is the UI's (its assets, where a
-// build has separate files, under /_app/ or /assets/).
+// uiDirs are where a build of the UI keeps files under a directory: its
+// hashed bundles (/_app/), an older build's (/assets/), the pictures of
+// its suggestions (/recommended-mcp/).
+var uiDirs = []string{"/_app/", "/assets/", "/recommended-mcp/"}
+
+// uiFileExts are the kinds of file a build of the UI serves at the root
+// (favicon.svg, manifest.webmanifest, sw.js, build.json, pwa-192x192.png…:
+// llama-server registers every file of its embedded asset table, and the
+// set changes from build to build, FACTS.md Q11).
+var uiFileExts = map[string]bool{".html": true, ".js": true, ".css": true, ".json": true, ".webmanifest": true,
+	".ico": true, ".svg": true, ".png": true, ".jpg": true, ".webp": true, ".woff": true, ".woff2": true, ".txt": true}
+
+// isUIPath reports whether a GET of path is the UI's: its pages and
+// endpoints, a file under one of its directories, or a file at the root
+// whose name has one of its extensions. No API path has one.
 func isUIPath(path string) bool {
-	return uiPaths[path] || strings.HasPrefix(path, "/_app/") || strings.HasPrefix(path, "/assets/")
+	if uiPaths[path] {
+		return true
+	}
+	for _, d := range uiDirs {
+		if strings.HasPrefix(path, d) {
+			return true
+		}
+	}
+	name, root := strings.CutPrefix(path, "/")
+	if !root || strings.Contains(name, "/") {
+		return false
+	}
+	dot := strings.LastIndexByte(name, '.')
+	return dot > 0 && uiFileExts[strings.ToLower(name[dot:])]
+}
+
+// uiRefused are the UI's endpoints that run something on the head for
+// whoever calls them: llama-server's server-side tools and MCP (/tools)
+// and its CORS proxy (/cors-proxy), off unless the head was started with
+// them, and then "do not expose the server to untrusted environments".
+// The front door, which many users share, never passes them on: it
+// answers as llama-server does when they are off (403 feature_disabled),
+// and the UI goes on without them.
+var uiRefused = map[string]bool{"/tools": true, "/cors-proxy": true}
+
+// llama-server's resumable streams (server-stream.cpp): a head keeps a
+// chat's streamed answer by the UI's conversation id, and a page reloaded
+// mid-answer asks POST /v1/streams/lookup which of its conversations have
+// one, then GET /v1/stream to read it on. Through the front door the head
+// of a conversation is not known (nor kept: the front door continues a cut
+// stream on another head itself), so it answers as a head with no session
+// for them: an empty list, and 404 for a stream. The page then shows what
+// it kept and goes on.
+const (
+	streamsLookupPath = "/v1/streams/lookup"
+	streamPath        = "/v1/stream"
+)
+
+// answerNoStreams answers the resumable streams' paths as a head holding
+// none of the caller's.
+func (s *Server) answerNoStreams(w http.ResponseWriter, c *call) {
+	if c.path == streamsLookupPath {
+		s.answer(w, c, http.StatusOK, []byte("[]\n"))
+		return
+	}
+	s.reject(w, c, http.StatusNotFound, "not_found_error", "no stream to resume here: the front door continues a cut stream itself", nil)
+}
+
+// refuseFeature answers a uiRefused path as a head with the feature off.
+func (s *Server) refuseFeature(w http.ResponseWriter, c *call) {
+	s.reject(w, c, http.StatusForbidden, "feature_disabled", "this feature is disabled", nil)
 }
 
 // uiHeaders are the request headers passed to the head (caching and
@@ -35,7 +99,9 @@ func isUIPath(path string) bool {
 var (
 	uiRequestHeaders = []string{"Accept", "Accept-Encoding", "Accept-Language", "If-None-Match", "If-Modified-Since", "Range"}
 	uiAnswerHeaders  = []string{"Content-Type", "Content-Encoding", "Content-Length", "Cache-Control", "ETag", "Last-Modified",
-		"Vary", "Content-Range", "Accept-Ranges"}
+		"Vary", "Content-Range", "Accept-Ranges",
+		// The page is served cross-origin isolated (server-http.cpp: index.html).
+		"Cross-Origin-Embedder-Policy", "Cross-Origin-Opener-Policy"}
 )
 
 // uiTier is the tier whose heads serve the page at the root URL: [front]

@@ -107,3 +107,60 @@ func TestWebUIThroughTheFrontDoor(t *testing.T) {
 		t.Errorf("/ with the UI tier away: %d %q from %q; want another tier's page", code, body, hdr.Get(TierHeader))
 	}
 }
+
+// TestUIPathsOfRealBuilds: the files llama-server's UI build of 2026-08
+// (3f545bec) asks at the root and under its directories are the UI's
+// (FACTS.md Q11), whatever their names; the API paths are not; /tools
+// and /cors-proxy, which run something on the head, are refused as a
+// head with them off refuses them.
+func TestUIPathsOfRealBuilds(t *testing.T) {
+	for _, p := range []string{"/", "/index.html", "/props", "/slots", "/favicon.svg", "/favicon-dark.ico", "/build.json",
+		"/sw.js", "/workbox-b3c04f83.js", "/manifest.webmanifest", "/pwa-192x192.png", "/apple-touch-icon-180x180.png",
+		"/_app/version.json", "/_app/immutable/bundle.DPfxVu5o.js", "/recommended-mcp/exa.ico", "/assets/index-x.css"} {
+		if !isUIPath(p) {
+			t.Errorf("isUIPath(%q) = false, want the UI's", p)
+		}
+	}
+	for _, p := range []string{"/v1/models", "/models", "/v1/chat/completions", "/completion", "/infill", "/tokenize",
+		"/health", "/metrics", "/tools", "/cors-proxy", "/v1/x.json", "/.json", "/keys", "/reasoning"} {
+		if isUIPath(p) {
+			t.Errorf("isUIPath(%q) = true, want not the UI's", p)
+		}
+	}
+	r := newRig(t, nil)
+	h := newTestHead(t, "fast", "1", "qwen-a")
+	r.route(nil, h)
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		req, _ := http.NewRequest(m, r.srv.URL+"/tools", strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), `"feature_disabled"`) {
+			t.Errorf("%s /tools: %d %s; want 403 feature_disabled", m, resp.StatusCode, b)
+		}
+	}
+	if got := h.requests(); len(got) != 0 {
+		t.Errorf("the head was asked %v; /tools must not reach it", got)
+	}
+	// Resumable streams: none through the front door (it continues cut
+	// streams itself), answered as a head with no session for the caller.
+	for _, c := range []struct {
+		method, path string
+		code         int
+		body         string
+	}{{http.MethodPost, "/v1/streams/lookup", 200, "[]"}, {http.MethodGet, "/v1/stream?conversation_id=a", 404, "not_found_error"}} {
+		req, _ := http.NewRequest(c.method, r.srv.URL+c.path, strings.NewReader(`{"conversation_ids":["a"]}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(b), c.body) {
+			t.Errorf("%s %s: %d %s; want %d %s", c.method, c.path, resp.StatusCode, b, c.code, c.body)
+		}
+	}
+}

@@ -25,10 +25,13 @@ const PlaywrightCore = "1.64.1"
 //go:embed testdata/ui_chat.mjs
 var uiChat []byte
 
+//go:embed testdata/ui_probe.mjs
+var uiProbe []byte
+
 // Browser opens pages in headless Chromium as a person would: it clicks
 // and types, and reads the page's DOM (testdata/ui_chat.mjs).
 type Browser struct {
-	node, script, chromium string
+	node, script, probe, chromium string
 }
 
 // NeedBrowser returns the harness, installing playwright-core at its first
@@ -66,10 +69,13 @@ func NeedBrowser(t testing.TB) *Browser {
 	if err != nil {
 		missing(err.Error())
 	}
-	b := &Browser{node: node, script: filepath.Join(dir, "ui_chat.mjs"), chromium: chromium}
-	if got, _ := os.ReadFile(b.script); !bytes.Equal(got, uiChat) {
-		if err := os.WriteFile(b.script, uiChat, 0o644); err != nil {
-			t.Fatal(err)
+	b := &Browser{node: node, script: filepath.Join(dir, "ui_chat.mjs"), probe: filepath.Join(dir, "ui_probe.mjs"),
+		chromium: chromium}
+	for path, want := range map[string][]byte{b.script: uiChat, b.probe: uiProbe} {
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, want) {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	return b
@@ -122,23 +128,57 @@ type PageChat struct {
 // Chat opens url, sends a message to model through the page, and saves a
 // screenshot at shot.
 func (b *Browser) Chat(url, model, shot string) (PageChat, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, b.node, b.script, url, model, shot)
-	cmd.Env = append(os.Environ(), "CHROMIUM="+b.chromium)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return PageChat{}, fmt.Errorf("node %s: %w: %s", filepath.Base(b.script), err, strings.TrimSpace(stderr.String()))
-	}
 	var pc PageChat
-	line := out[bytes.LastIndexByte(bytes.TrimRight(out, "\n"), '\n')+1:]
-	if err := json.Unmarshal(line, &pc); err != nil {
-		return PageChat{}, fmt.Errorf("the script's output %q: %w", out, err)
+	if err := b.run(b.script, &pc, url, model, shot); err != nil {
+		return pc, err
 	}
 	if pc.Error != "" {
 		return pc, errors.New(pc.Error)
 	}
 	return pc, nil
+}
+
+// PageUse is what the browser saw of a person using a chat page it does
+// not know the markup of (llama-server's own UI): every answer the page
+// got ("GET /props 200"), the page's script errors, and its text once the
+// chat's answer ended.
+type PageUse struct {
+	Title     string   `json:"title"`
+	Responses []string `json:"responses"`
+	Errors    []string `json:"errors"`
+	Text      string   `json:"text"`
+	Error     string   `json:"error"`
+}
+
+// Use opens url, sends message through the page's message box, waits for
+// the answer, and saves a screenshot at shot.
+func (b *Browser) Use(url, message, shot string) (PageUse, error) {
+	var pu PageUse
+	if err := b.run(b.probe, &pu, url, message, shot); err != nil {
+		return pu, err
+	}
+	if pu.Error != "" {
+		return pu, errors.New(pu.Error)
+	}
+	return pu, nil
+}
+
+// run runs script with args under node and reads its last output line,
+// one JSON object, into v.
+func (b *Browser) run(script string, v any, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.node, append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), "CHROMIUM="+b.chromium)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("node %s: %w: %s", filepath.Base(script), err, strings.TrimSpace(stderr.String()))
+	}
+	line := out[bytes.LastIndexByte(bytes.TrimRight(out, "\n"), '\n')+1:]
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("the script's output %q: %w", out, err)
+	}
+	return nil
 }

@@ -1,0 +1,39 @@
+// ui_probe.mjs URL MESSAGE SCREENSHOT: opens the chat page at URL in headless Chromium (Debian's,
+// driven by playwright-core), as a person would use llama-server's own UI (tools/ui): waits for
+// its message box, types MESSAGE, presses Enter, waits for the chat request's answer to end and
+// the page to settle, saves a screenshot, and prints one JSON line: {"title":"...",
+// "responses":["GET /path 200", ...], "errors":["..."], "text":"the page's text"} or
+// {"error":"..."}. Nothing in it knows the page's markup beyond "a textarea".
+import { chromium } from 'playwright-core';
+
+const [url, message, shot] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+const out = { responses: [], errors: [] };
+try {
+  const page = await browser.newPage();
+  page.on('response', (r) => {
+    const u = new URL(r.url());
+    out.responses.push(`${r.request().method()} ${u.pathname} ${r.status()}`);
+  });
+  page.on('pageerror', (e) => out.errors.push(String(e)));
+  await page.goto(url, { timeout: 30000 });
+  out.title = await page.title();
+  await page.waitForSelector('textarea', { timeout: 30000 });
+  await page.fill('textarea', message);
+  const answered = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions') && r.request().method() === 'POST',
+    { timeout: 60000 });
+  await page.keyboard.press('Enter');
+  const resp = await answered;
+  await resp.finished();
+  await page.waitForLoadState('networkidle', { timeout: 30000 });
+  out.text = await page.innerText('body');
+  await page.screenshot({ path: shot, fullPage: true });
+} catch (e) {
+  out.error = String(e);
+}
+await browser.close();
+console.log(JSON.stringify(out));
