@@ -78,6 +78,7 @@ func (c *Config) plan(in PlanInput) (*Plan, error) {
 		}
 		p.Workers = append(p.Workers, w)
 	}
+	p.SlotSave = c.Head.SlotSave
 	if p.Head, err = c.head(in, p.Workers, vars, p.LogDir); err != nil {
 		return nil, err
 	}
@@ -219,7 +220,13 @@ func (c *Config) head(in PlanInput, workers []Process, base map[string]string, l
 		vars[phRPC] = rpcList(workers)
 		vars[phTensorSplit] = c.tensorSplit(in.Nodes, in.BatchNode, workers)
 	}
-	return proc, fillProcess(&proc, &c.Head, vars, logDir)
+	if err := fillProcess(&proc, &c.Head, vars, logDir); err != nil {
+		return proc, err
+	}
+	if c.Head.SlotSave.Dir != "" {
+		proc.Argv = append(proc.Argv, "--slot-save-path", c.Head.SlotSave.Dir)
+	}
+	return proc, nil
 }
 
 // withProcessVars copies base and adds a process's own placeholders.

@@ -70,6 +70,20 @@ type ProcessConfig struct {
 	LogFile string
 	// ReadyPattern (workers only) is output that means the worker listens.
 	ReadyPattern string
+	// SlotSave (head only) is where the head's slots are saved at the
+	// drain; the zero value saves nothing.
+	SlotSave SlotSave
+}
+
+// SlotSave is the head's slot saving: the [head] keys slot_save_dir,
+// slot_save_ttl and slot_save_max_bytes. The zero value is off.
+type SlotSave struct {
+	// Dir is the directory (absolute, on shared storage) given to
+	// llama-server as --slot-save-path; "" saves nothing.
+	Dir string
+	// TTL and MaxBytes bound what the directory keeps (kvsave.Bounds).
+	TTL      time.Duration
+	MaxBytes int64
 }
 
 // Ways to find a node's address (Config.NodeAddress); anything else is a template.

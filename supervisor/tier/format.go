@@ -77,8 +77,15 @@ func formatSettings(b *strings.Builder, p *Plan) {
 	if s.WorkerStop > 0 {
 		stop += fmt.Sprintf(", then the workers %s", s.WorkerStop)
 	}
+	if s.Save > 0 {
+		stop = fmt.Sprintf("save the head's slots up to %s, ", s.Save) + stop
+	}
 	fmt.Fprintf(b, "          from the stop notice: requests in flight up to %s, %s, last resort %s;\n"+
 		"          a shim holds Slurm's SIGTERM %s if the supervisor never says stop\n", s.InFlight, stop, s.Kill, s.ShimHold)
+	if ss := p.SlotSave; ss.Dir != "" {
+		fmt.Fprintf(b, "slots     saved at the drain into %s, kept %s, the directory bound to %d bytes (0: no bound)\n",
+			ss.Dir, ss.TTL, ss.MaxBytes)
+	}
 }
 
 var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)

@@ -1,0 +1,132 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"slurm-llm/endpoints/kvsave"
+	"slurm-llm/health"
+)
+
+// savedMsg is the end of the saves of the head's slots at the drain.
+type savedMsg struct {
+	gen   int
+	saved int
+	err   error
+}
+
+// saveSlots starts the saves of the head's slots (life.go, endWait), on a
+// goroutine, ending by the step's deadline; the answer comes back as a
+// savedMsg.
+func (r *Runner) saveSlots(by time.Time) {
+	r.drain.saving = true
+	now := r.clock.Now()
+	r.log.Info("draining: saving the head's slots", "dir", r.plan.SlotSave.Dir, "until", by.Format(time.RFC3339Nano))
+	s := slotSaver{
+		client: r.opts.HTTPClient, base: health.BaseURL(r.head.spec.Addr, r.head.spec.Port),
+		dir: r.plan.SlotSave.Dir, tier: r.plan.Tier, job: r.plan.JobID, argv: r.head.spec.Argv,
+		bounds: kvsave.Bounds{TTL: r.plan.SlotSave.TTL, MaxBytes: r.plan.SlotSave.MaxBytes},
+		now:    r.clock.Now, log: r.log,
+	}
+	// The deadline is on the runner's clock, as every other of its
+	// decisions: a timer of its clock ends the saves' context.
+	gen, timer := r.head.gen, r.clock.NewTimer(by.Sub(now))
+	r.ask(func() any {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		defer timer.Stop()
+		go func() {
+			select {
+			case <-timer.C():
+				cancel(context.DeadlineExceeded)
+			case <-ctx.Done():
+			}
+		}()
+		n, err := s.save(ctx)
+		if ctx.Err() != nil {
+			err = errors.Join(err, context.Cause(ctx))
+		}
+		return savedMsg{gen: gen, saved: n, err: err}
+	})
+}
+
+// handleSaved takes the end of the saves (life.go, onSaved).
+func (r *Runner) handleSaved(m savedMsg) {
+	if m.gen != r.head.gen {
+		return
+	}
+	r.apply(onSaved(r.view(), m.saved, m.err))
+}
+
+// slotSaver saves a head's slots into its --slot-save-path. It runs off
+// the Run goroutine and touches nothing of the runner.
+type slotSaver struct {
+	client         *http.Client
+	base           string
+	dir, tier, job string
+	argv           []string
+	bounds         kvsave.Bounds
+	now            func() time.Time
+	log            hclog.Logger
+}
+
+// save saves each idle slot that holds a conversation, then writes its
+// index entry beside it; a busy slot is not saved (its save would wait
+// for its answer's end). It first prunes the directory to its bounds.
+// It returns how many were saved and the first failure (or the deadline).
+func (s slotSaver) save(ctx context.Context) (int, error) {
+	if removed, err := kvsave.Prune(s.dir, s.now(), s.bounds); err != nil || len(removed) > 0 {
+		s.log.Info("slot save directory pruned", "removed", len(removed), "error", err)
+	}
+	identity, err := kvsave.Identity(s.argv)
+	if err != nil {
+		return 0, err
+	}
+	slots, err := kvsave.Slots(ctx, s.client, s.base)
+	if err != nil {
+		return 0, err
+	}
+	saved := 0
+	var errs []error
+	for _, sl := range slots {
+		if sl.IsProcessing {
+			s.log.Warn("slot busy: not saved", "slot", sl.ID)
+			continue
+		}
+		if !sl.Conversation() {
+			continue
+		}
+		if err := s.saveOne(ctx, identity, sl); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		saved++
+	}
+	return saved, errors.Join(errs...)
+}
+
+// saveOne saves one slot and writes its index entry.
+func (s slotSaver) saveOne(ctx context.Context, identity string, sl kvsave.Slot) error {
+	key := kvsave.Key(sl.Prompt)
+	file := kvsave.FileName(s.tier, identity, key, s.now())
+	res, err := kvsave.Action(ctx, s.client, s.base, "save", sl.ID, file)
+	if err != nil {
+		return err
+	}
+	e := kvsave.Entry{File: file, Tier: s.tier, JobID: s.job, Identity: identity, Key: key,
+		Slot: sl.ID, Tokens: res.NSaved, Bytes: res.NWritten, SavedAt: s.now()}
+	if err := kvsave.WriteEntry(s.dir, e); err != nil {
+		return fmt.Errorf("slot %d: index: %w", sl.ID, err)
+	}
+	s.log.Info("slot saved", "slot", sl.ID, "file", file, "tokens", res.NSaved, "bytes", res.NWritten,
+		"save_ms", res.Timings.SaveMS)
+	return nil
+}
