@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/kvsave"
 	"slurm-llm/supervisor/tier"
 )
@@ -106,5 +107,48 @@ func TestDrainWithoutSlotSaveSavesNothing(t *testing.T) {
 	g.advanceUntil("stopped", state(StateStopped), 250*time.Millisecond)
 	if files := g.head.savedFiles(); len(files) != 0 {
 		t.Errorf("saved %v without slot_save_dir", files)
+	}
+}
+
+// With the fake llama-server as the head: a conversation served, then a
+// stop; the drain saves its slot into slot_save_dir with an index entry
+// whose key is the slot's prompt's, and the run ends as usual.
+func TestRunnerSavesSlotsOfFakeHead(t *testing.T) {
+	tr := newTier(t, 1)
+	kv := t.TempDir()
+	model := filepath.Join(t.TempDir(), "test-model.gguf")
+	if err := os.WriteFile(model, []byte("GGUF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tr.headArgs = append(tr.headArgs, "--fake-tokens", "3", "--fake-token-rate", "0", "--slot-save-path", kv)
+	plan := tr.plan(tr.nodes)
+	for i, a := range plan.Head.Argv {
+		if a == "/models/test-model.gguf" {
+			plan.Head.Argv[i] = model
+		}
+	}
+	plan.SlotSave = tier.SlotSave{Dir: kv}
+	rn := startRunner(t, plan, Options{})
+	until(t, "endpoint ready", func() bool { return endpointState(t, plan) == endpoints.StateReady })
+	resp, err := complete(t, tr.headPort, false)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("completion: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	rn.r.Stop(StopRequest{Reason: ReasonPreempted})
+	if err := rn.wait(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	entries, err := kvsave.Entries(kv)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("entries %v %v, want one", entries, err)
+	}
+	e := entries[0]
+	// The fake's template of the request's one message (FACTS.md Q12).
+	if e.Key != kvsave.Key("user: hi\n") || e.Tokens != 4 || e.Slot != 0 || e.Tier != "test" {
+		t.Errorf("entry %+v", e)
+	}
+	if st, err := os.Stat(filepath.Join(kv, e.File)); err != nil || st.Size() != e.Bytes {
+		t.Errorf("saved file %v %v, want %d bytes", st, err, e.Bytes)
 	}
 }
