@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/kvsave"
 	"slurm-llm/health"
 )
@@ -87,7 +90,7 @@ func (s slotSaver) save(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	slots, err := kvsave.Slots(ctx, s.client, s.base)
+	slots, err := kvsave.Slots(ctx, s.client, s.base, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -117,7 +120,7 @@ func (s slotSaver) save(ctx context.Context) (int, error) {
 func (s slotSaver) saveOne(ctx context.Context, identity string, sl kvsave.Slot) error {
 	key := kvsave.Key(sl.Prompt)
 	file := kvsave.FileName(s.tier, identity, key, s.now())
-	res, err := kvsave.Action(ctx, s.client, s.base, "save", sl.ID, file)
+	res, err := kvsave.Action(ctx, s.client, s.base, nil, "save", sl.ID, file)
 	if err != nil {
 		return err
 	}
@@ -129,4 +132,35 @@ func (s slotSaver) saveOne(ctx context.Context, identity string, sl kvsave.Slot)
 	s.log.Info("slot saved", "slot", sl.ID, "file", file, "tokens", res.NSaved, "bytes", res.NWritten,
 		"save_ms", res.Timings.SaveMS)
 	return nil
+}
+
+// publishHead writes, off the Run goroutine, the head file the front door
+// reads before it restores a saved slot on this head: its address and
+// model identity (kvsave.Head), when the tier saves slots.
+func (r *Runner) publishHead() {
+	ss := r.plan.SlotSave
+	if ss.Dir == "" {
+		return
+	}
+	argv, file, log := r.head.spec.Argv, endpoints.FileName(r.plan.Tier, r.plan.JobID), r.log
+	addr := net.JoinHostPort(r.plan.EndpointHost, strconv.Itoa(r.plan.EndpointPort))
+	r.ask(func() any {
+		identity, err := kvsave.Identity(argv)
+		if err == nil {
+			err = kvsave.WriteHead(ss.Dir, file, kvsave.Head{Addr: addr, Identity: identity})
+		}
+		if err != nil {
+			log.Warn("head file not written: saved slots will not be restored on this head", "dir", ss.Dir, "error", err)
+		}
+		return nil
+	})
+}
+
+// removeHead removes the head file at the run's end.
+func (r *Runner) removeHead() {
+	if dir := r.plan.SlotSave.Dir; dir != "" {
+		if err := kvsave.RemoveHead(dir, endpoints.FileName(r.plan.Tier, r.plan.JobID)); err != nil {
+			r.log.Warn("head file not removed", "error", err)
+		}
+	}
 }

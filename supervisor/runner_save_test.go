@@ -3,6 +3,7 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -130,6 +131,12 @@ func TestRunnerSavesSlotsOfFakeHead(t *testing.T) {
 	plan.SlotSave = tier.SlotSave{Dir: kv}
 	rn := startRunner(t, plan, Options{})
 	until(t, "endpoint ready", func() bool { return endpointState(t, plan) == endpoints.StateReady })
+	endpointFile := endpoints.FileName(plan.Tier, plan.JobID)
+	until(t, "head file", func() bool { _, err := kvsave.ReadHead(kv, endpointFile); return err == nil })
+	identity, _ := kvsave.Identity(plan.Head.Argv)
+	if h, _ := kvsave.ReadHead(kv, endpointFile); h.Addr != "127.0.0.1:"+strconv.Itoa(tr.headPort) || h.Identity != identity {
+		t.Errorf("head file %+v, want the endpoint's address and identity %s", h, identity)
+	}
 	resp, err := complete(t, tr.headPort, false)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("completion: %v %v", resp, err)
@@ -138,6 +145,10 @@ func TestRunnerSavesSlotsOfFakeHead(t *testing.T) {
 	rn.r.Stop(StopRequest{Reason: ReasonPreempted})
 	if err := rn.wait(t); err != nil {
 		t.Fatalf("Run = %v", err)
+	}
+	if h, err := kvsave.ReadHead(kv, endpointFile); err == nil {
+		des, _ := os.ReadDir(kv)
+		t.Errorf("head file left after the run: %+v %v", h, des)
 	}
 	entries, err := kvsave.Entries(kv)
 	if err != nil || len(entries) != 1 {

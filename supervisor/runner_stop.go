@@ -119,6 +119,7 @@ func (r *Runner) finish() {
 	r.stopAll()
 	r.takeLateReasons()
 	r.removeEndpoint()
+	r.removeHead()
 }
 
 // takeLateReasons keeps the last reason of the stop requests that arrived
@@ -149,6 +150,7 @@ func (r *Runner) giveUp(m *member, reason string) {
 		r.err = &NodeError{Node: m.spec.Node, Why: m.nodeFault, Reason: reason}
 	}
 	r.removeEndpoint()
+	r.removeHead()
 	r.stopAll()
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 )
@@ -55,12 +56,15 @@ func (e *StatusError) Error() string { return fmt.Sprintf("answered %d: %s", e.C
 // maxAnswer bounds what is read of a head's answer.
 const maxAnswer = 4 << 20
 
-// Slots reads the head's GET /slots at base ("http://host:port").
-func Slots(ctx context.Context, c *http.Client, base string) ([]Slot, error) {
+// Slots reads the head's GET /slots at base ("http://host:port"), with
+// the header hdr (nil: none; the front door passes the client's, for a
+// head run with --api-key).
+func Slots(ctx context.Context, c *http.Client, base string, hdr http.Header) ([]Slot, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/slots", nil)
 	if err != nil {
 		return nil, err
 	}
+	maps.Copy(req.Header, hdr)
 	var out []Slot
 	if err := do(c, req, &out); err != nil {
 		return nil, fmt.Errorf("read slots: %w", err)
@@ -71,13 +75,14 @@ func Slots(ctx context.Context, c *http.Client, base string) ([]Slot, error) {
 // Action asks the head at base to save or restore (action) slot id to or
 // from file, a bare name in its --slot-save-path. A save or restore of a
 // busy slot waits until it is idle (the head defers it): ctx bounds it.
-func Action(ctx context.Context, c *http.Client, base, action string, id int, file string) (Result, error) {
+func Action(ctx context.Context, c *http.Client, base string, hdr http.Header, action string, id int, file string) (Result, error) {
 	body, _ := json.Marshal(map[string]string{"filename": file})
 	url := base + "/slots/" + strconv.Itoa(id) + "?action=" + action
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return Result{}, err
 	}
+	maps.Copy(req.Header, hdr)
 	req.Header.Set("Content-Type", "application/json")
 	var res Result
 	if err := do(c, req, &res); err != nil {
@@ -103,4 +108,24 @@ func do(c *http.Client, req *http.Request, v any) error {
 		return &StatusError{Code: resp.StatusCode, Body: string(bytes.TrimSpace(b))}
 	}
 	return json.Unmarshal(b, v)
+}
+
+// ApplyTemplate is the prompt text the head at base makes of a chat
+// request's messages (POST /apply-template), the text its /slots shows as
+// the prompt of the slot that served them.
+func ApplyTemplate(ctx context.Context, c *http.Client, base string, hdr http.Header, messages json.RawMessage) (string, error) {
+	body, _ := json.Marshal(map[string]json.RawMessage{"messages": messages})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/apply-template", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	maps.Copy(req.Header, hdr)
+	req.Header.Set("Content-Type", "application/json")
+	var out struct {
+		Prompt string `json:"prompt"`
+	}
+	if err := do(c, req, &out); err != nil {
+		return "", fmt.Errorf("apply template: %w", err)
+	}
+	return out.Prompt, nil
 }

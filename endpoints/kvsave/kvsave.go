@@ -12,6 +12,7 @@ package kvsave
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -214,4 +215,50 @@ func Remove(dir, file string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Head is what a supervisor publishes in the directory about its head,
+// beside its endpoint file's name (<tier>-<job>.head.json): the front door
+// restores a saved slot on a head only when the identities are equal.
+type Head struct {
+	// Addr is the head's host:port as its endpoint file publishes it.
+	Addr string `json:"addr"`
+	// Identity is its model identity (Identity).
+	Identity string `json:"identity"`
+}
+
+// headSuffix ends a head file's name.
+const headSuffix = ".head.json"
+
+// headPath is the head file of the endpoint file named endpointFile.
+func headPath(dir, endpointFile string) string {
+	return filepath.Join(dir, strings.TrimSuffix(filepath.Base(endpointFile), ".json")+headSuffix)
+}
+
+// WriteHead publishes h for the endpoint file named endpointFile.
+func WriteHead(dir, endpointFile string, h Head) error {
+	return fsutil.WriteJSON(headPath(dir, endpointFile), h, 0o644)
+}
+
+// ReadHead reads the head file of the endpoint file named endpointFile.
+// A missing file is an error (os.ErrNotExist).
+func ReadHead(dir, endpointFile string) (Head, error) {
+	var h Head
+	b, err := os.ReadFile(headPath(dir, endpointFile))
+	if err != nil {
+		return h, err
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, fmt.Errorf("head file %s: %w", headPath(dir, endpointFile), err)
+	}
+	return h, nil
+}
+
+// RemoveHead removes it (the run ended).
+func RemoveHead(dir, endpointFile string) error {
+	err := os.Remove(headPath(dir, endpointFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
