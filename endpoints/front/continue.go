@@ -156,6 +156,12 @@ type splicer struct {
 	echo        string // text a continuation's first delta may repeat
 	cutAt       time.Time
 	heads       []string
+	// savesFor is the head whose drain was asked whether it saves its
+	// slots (restore.go, drainSaves), saves the answer; awaitSave: the
+	// next continuation waits for the conversation's slot to be saved.
+	savesFor  *head
+	saves     bool
+	awaitSave bool
 
 	// Token timing (llm_front_time_to_first_token_seconds and
 	// llm_front_inter_token_seconds): the last token's time, zero before
@@ -348,11 +354,20 @@ func (sp *splicer) drainingSwitch() bool {
 		return false
 	}
 	next, _ := sp.s.pick(sp.s.tab.Load(), sp.c.tier, sp.c.model)
-	if next == nil {
+	saves := sp.drainSaves(h)
+	if next == nil && !saves {
 		return false // nowhere to go: stay until the drain ends it
 	}
 	sp.closeCur() // the old head sees its client leave: its slot is free
 	sp.cutAt = sp.s.now()
+	if next == nil {
+		// Its drain saves the slot once idle (restore.go): the stream
+		// waits, held, for a head to restore it on, rather than be cut
+		// by the stop with its slot unsaved.
+		sp.c.moved++
+		sp.continueOrFail("its head drains and saves its slot")
+		return true
+	}
 	if sp.start(next, "its head drains") {
 		sp.c.moved++
 		return true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"time"
 
 	"slurm-llm/endpoints/kvsave"
 )
@@ -64,6 +65,10 @@ func (sp *splicer) restore(ctx context.Context, dir string, h *head) (int, strin
 		return -1, "", err
 	}
 	e, ok := kvsave.Find(dir, sp.c.tier, hd.Identity, key)
+	if !ok && sp.awaitSave && sp.savesFor != nil {
+		e, ok = awaitSaved(ctx, dir, sp.savesFor.file, sp.c.tier, hd.Identity, key)
+	}
+	sp.awaitSave = false
 	if !ok {
 		return -1, "", errNoSaved
 	}
@@ -131,4 +136,45 @@ func (sp *splicer) conversationKey(ctx context.Context, c *http.Client, base str
 		return "", err
 	}
 	return kvsave.Key(text), nil
+}
+
+// drainSaves reports whether the draining head h saves its slots at its
+// drain (its supervisor wrote a head file: [head] slot_save_dir), asked
+// once per head; then the stream is moved off h (or cut and held when no
+// other head serves the model) so that its slot goes idle and is saved,
+// and its continuation waits for the save (awaitSave).
+func (sp *splicer) drainSaves(h *head) bool {
+	if sp.savesFor != h {
+		sp.savesFor, sp.saves = h, false
+		if dir := sp.s.cfg.Load().SlotSaveDir; dir != "" {
+			_, err := kvsave.ReadHead(dir, h.file)
+			sp.saves = err == nil
+		}
+	}
+	sp.awaitSave = sp.saves
+	return sp.saves
+}
+
+// savePoll is how often a continuation looks for the slot its old head's
+// drain is saving.
+const savePoll = 50 * time.Millisecond
+
+// awaitSaved waits for the conversation's slot to be saved by the drain
+// of the head the stream was moved off (its endpoint file named from):
+// until it is, until that head's run ended (its head file removed: its
+// saves are over, done or given up) or ctx ends.
+func awaitSaved(ctx context.Context, dir, from, tier, identity, key string) (kvsave.Entry, bool) {
+	t := time.NewTicker(savePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return kvsave.Entry{}, false
+		case <-t.C:
+		}
+		_, err := kvsave.ReadHead(dir, from)
+		if e, ok := kvsave.Find(dir, tier, identity, key); ok || err != nil {
+			return e, ok
+		}
+	}
 }

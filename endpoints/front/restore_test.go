@@ -11,16 +11,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/kvsave"
+	"slurm-llm/endpoints/upstreams"
 )
 
 // savedSlotsHead is what a head of llama-server with --slot-save-path answers
 // about its slots (FACTS.md Q12), for the front door's restore.
 type savedSlotsHead struct {
 	mu       sync.Mutex
+	keyed    int      // /apply-template asked
 	restored []string // files asked to restore, with their slot
 	refuse   bool     // answer a restore 400 (another -fa or context)
 }
@@ -28,6 +32,9 @@ type savedSlotsHead struct {
 func (sh *savedSlotsHead) serve(w http.ResponseWriter, r *http.Request) bool {
 	switch {
 	case r.URL.Path == "/apply-template":
+		sh.mu.Lock()
+		sh.keyed++
+		sh.mu.Unlock()
 		io.WriteString(w, `{"prompt":"<user>count</user>"}`)
 	case r.URL.Path == "/slots" && r.Method == http.MethodGet:
 		io.WriteString(w, `[{"id":0,"is_processing":true,"n_prompt_tokens":7,"prompt":"x"},{"id":1,"is_processing":false,"n_prompt_tokens":0}]`)
@@ -163,5 +170,74 @@ func TestContinuationWithoutRestore(t *testing.T) {
 				t.Errorf("continued{restored=false} %v, want 1", n)
 			}
 		})
+	}
+}
+
+// The preemption of a tier's only head, with a stream in flight: its
+// drain saves its slots (a head file says so), so the front door cuts the
+// stream at once rather than leave it to the stop (its slot then goes idle
+// and is saved), holds the continuation, and on the next head waits for
+// the save, restores it and continues there, pinned to the slot.
+func TestDrainingSaverIsLeftAndRestored(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, func(c *Config) { c.SlotSaveDir = dir })
+	a, b := newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "fast", "102", "qwen-a")
+	a.gate = make(chan struct{})
+	a.tokens, b.tokens = 4, 4
+	sh := &savedSlotsHead{}
+	b.extra = sh.serve
+	for _, h := range []*testHead{a, b} {
+		if err := kvsave.WriteHead(dir, endpoints.FileName("fast", h.job), kvsave.Head{Addr: h.addr(), Identity: "id"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.route(nil, a)
+	done := make(chan answer, 1)
+	go func() {
+		got, _ := r.streamAnswer("/v1/chat/completions", "", userMsg)
+		done <- got
+	}()
+	waitFor(t, "a's first token at the client", func() bool {
+		var m dto.Metric
+		_ = r.s.metrics.ttft.WithLabelValues("fast", "qwen-a").(prometheus.Histogram).Write(&m)
+		return m.GetHistogram().GetSampleCount() == 1
+	})
+	now := time.Now()
+	r.s.Update(upstreams.Report{Time: now, Live: map[string][]endpoints.Server{},
+		Decisions: []endpoints.Decision{{Why: endpoints.WhyDraining, Entry: endpoints.Entry{File: endpoints.FileName("fast", "101"),
+			Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: "101", State: endpoints.StateDraining, Reason: "preempted",
+				LeaseExpires: now.Add(time.Hour)}}}},
+		Views: []upstreams.TierView{{Tier: "fast", State: upstreams.StateRouted, Reason: upstreams.ReasonRouted}}})
+	select { // a's next token: after it the splicer sees a draining
+	case a.gate <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a never asked for its next token")
+	}
+	select {
+	case <-a.left:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's stream was not left although its drain saves its slot")
+	}
+	waitFor(t, "the continuation held", func() bool { return r.held("fast") == 1 })
+	r.route(nil, b)
+	waitFor(t, "b asked for the conversation's key", func() bool { sh.mu.Lock(); defer sh.mu.Unlock(); return sh.keyed > 0 })
+	// a's supervisor saves the slot now that it is idle.
+	key := kvsave.Key("<user>count</user>")
+	file := kvsave.FileName("fast", "id", key, now)
+	if err := os.WriteFile(filepath.Join(dir, file), []byte("kv"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := kvsave.WriteEntry(dir, kvsave.Entry{File: file, Tier: "fast", JobID: "101", Identity: "id", Key: key, SavedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	if !got.done || got.errEvent != "" {
+		t.Fatalf("answer %+v", got)
+	}
+	if d := sh.asked(); len(d) != 1 || d[0] != "1 "+file {
+		t.Errorf("restores asked %v, want slot 1 from %s", d, file)
+	}
+	if n := testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", "continued", "true")); n != 1 {
+		t.Errorf("continued{restored=true} %v, want 1", n)
 	}
 }
