@@ -136,7 +136,9 @@ func (s slotSaver) saveOne(ctx context.Context, identity string, sl kvsave.Slot)
 
 // publishHead writes, off the Run goroutine, the head file the front door
 // reads before it restores a saved slot on this head: its address and
-// model identity (kvsave.Head), when the tier saves slots.
+// model identity (kvsave.Head), when the tier saves slots. It first prunes
+// the directory to its bounds (slot_save_ttl, slot_save_max_bytes), as
+// each drain's saves do.
 func (r *Runner) publishHead() {
 	ss := r.plan.SlotSave
 	if ss.Dir == "" {
@@ -144,7 +146,11 @@ func (r *Runner) publishHead() {
 	}
 	argv, file, log := r.head.spec.Argv, endpoints.FileName(r.plan.Tier, r.plan.JobID), r.log
 	addr := net.JoinHostPort(r.plan.EndpointHost, strconv.Itoa(r.plan.EndpointPort))
+	bounds, now := kvsave.Bounds{TTL: ss.TTL, MaxBytes: ss.MaxBytes}, r.clock.Now
 	r.ask(func() any {
+		if removed, err := kvsave.Prune(ss.Dir, now(), bounds); err != nil || len(removed) > 0 {
+			log.Info("slot save directory pruned", "removed", len(removed), "error", err)
+		}
 		identity, err := kvsave.Identity(argv)
 		if err == nil {
 			err = kvsave.WriteHead(ss.Dir, file, kvsave.Head{Addr: addr, Identity: identity})

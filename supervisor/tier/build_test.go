@@ -499,6 +499,12 @@ func TestPlanSlotSave(t *testing.T) {
 	if d := cmp.Diff([]string{"llama-server", "-m", "/m/a.gguf", "--port", "8080", "--slot-save-path", "/shared/kv"}, got.Head.Argv); d != "" {
 		t.Errorf("head argv (-want +got):\n%s", d)
 	}
+	if n := (SlotSave{BytesPerToken: 10}).NeedBytes([]string{"llama-server", "-c", "8192"}); n != 81920 {
+		t.Errorf("NeedBytes = %d, want 10 × 8192", n)
+	}
+	if n := (SlotSave{BytesPerToken: 10}).NeedBytes([]string{"llama-server"}); n != 0 {
+		t.Errorf("NeedBytes without -c = %d, want 0 (unknown)", n)
+	}
 	if d := cmp.Diff(SlotSave{Dir: "/shared/kv", TTL: time.Hour, MaxBytes: 20 << 30}, got.SlotSave); d != "" {
 		t.Errorf("slot save (-want +got):\n%s", d)
 	}

@@ -64,9 +64,16 @@ func (s DrainSplit) Stop() time.Duration { return s.HeadStop + s.WorkerStop + s.
 func (p *Plan) Split(stopMargin time.Duration) DrainSplit {
 	s := Split(p.Kind, p.Timeouts, p.Drain, stopMargin)
 	if p.SlotSave.Dir != "" {
-		s.Save = s.InFlight * SaveShare / 100
-		s.InFlight -= s.Save
+		s = s.WithSaves()
 	}
+	return s
+}
+
+// WithSaves is the split of a tier that saves its head's slots: SaveShare
+// of the in-flight wait goes to the saves.
+func (s DrainSplit) WithSaves() DrainSplit {
+	s.Save = s.InFlight * SaveShare / 100
+	s.InFlight -= s.Save
 	return s
 }
 

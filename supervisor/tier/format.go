@@ -85,6 +85,12 @@ func formatSettings(b *strings.Builder, p *Plan) {
 	if ss := p.SlotSave; ss.Dir != "" {
 		fmt.Fprintf(b, "slots     saved at the drain into %s, kept %s, the directory bound to %d bytes (0: no bound)\n",
 			ss.Dir, ss.TTL, ss.MaxBytes)
+		if need := ss.NeedBytes(p.Head.Argv); need > 0 && s.Save > 0 {
+			fmt.Fprintf(b, "          a full context (%d bytes) saved within %s needs %.0f MB/s of the directory (doctor measures it)\n",
+				need, s.Save, float64(need)/s.Save.Seconds()/1e6)
+		} else {
+			fmt.Fprintf(b, "          set slot_save_bytes_per_token and -c to know the write speed a full context needs within %s\n", s.Save)
+		}
 	}
 }
 

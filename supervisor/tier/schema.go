@@ -66,9 +66,10 @@ func (d *decoder) process(p *ProcessConfig, role Role) tomlconf.Field {
 			}
 		}
 		headOnly := map[string]tomlconf.Field{
-			"slot_save_dir":       d.String(&p.SlotSave.Dir),
-			"slot_save_ttl":       d.Duration(&p.SlotSave.TTL),
-			"slot_save_max_bytes": d.Bytes(&p.SlotSave.MaxBytes),
+			"slot_save_dir":             d.String(&p.SlotSave.Dir),
+			"slot_save_ttl":             d.Duration(&p.SlotSave.TTL),
+			"slot_save_max_bytes":       d.Bytes(&p.SlotSave.MaxBytes),
+			"slot_save_bytes_per_token": d.Int64(&p.SlotSave.BytesPerToken),
 		}
 		for k, f := range headOnly {
 			if role == RoleHead {

@@ -213,7 +213,7 @@ func (d *decoder) validateSlotSave(c *Config, p *ProcessConfig) {
 	s := p.SlotSave
 	key := func(k string) toml.Key { return toml.Key{"head", k} }
 	if s.Dir == "" {
-		for _, k := range []string{"slot_save_ttl", "slot_save_max_bytes"} {
+		for _, k := range []string{"slot_save_ttl", "slot_save_max_bytes", "slot_save_bytes_per_token"} {
 			if d.defined("head", k) {
 				d.fail(key(k), "needs head.slot_save_dir")
 			}
@@ -232,6 +232,9 @@ func (d *decoder) validateSlotSave(c *Config, p *ProcessConfig) {
 	}
 	if s.MaxBytes < 0 {
 		d.fail(key("slot_save_max_bytes"), "must not be negative")
+	}
+	if s.BytesPerToken < 0 {
+		d.fail(key("slot_save_bytes_per_token"), "must not be negative")
 	}
 	if kvsave.ModelPath(p.Command) == "" {
 		d.fail(key("slot_save_dir"), "the head's command names no model file (-m): slots are saved for a single-model head only")
