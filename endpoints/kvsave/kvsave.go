@@ -33,8 +33,10 @@ const KeyBytes = 4096
 // Key is the conversation key of a prompt's text (llama-server's /slots
 // "prompt", the text /apply-template gives for chat messages, or a raw
 // /completion prompt): 16 hex digits of the SHA-256 of its first KeyBytes
-// bytes. "" for an empty prompt.
+// bytes once its leading special tokens and blanks are cut (normalize).
+// "" for an empty prompt.
 func Key(prompt string) string {
+	prompt = normalize(prompt)
 	if prompt == "" {
 		return ""
 	}
@@ -43,6 +45,27 @@ func Key(prompt string) string {
 	}
 	sum := sha256.Sum256([]byte(prompt))
 	return hex.EncodeToString(sum[:8])
+}
+
+// normalize cuts a prompt's leading blanks and special tokens ("<s>",
+// "<|system|>": a '<', up to 48 bytes without a blank, a '>'): real
+// llama-server's /slots shows the slot's tokens detokenized, its BOS and
+// SentencePiece's leading space included ("<s> <|system|>be brief…"),
+// where /apply-template and a raw prompt have neither (measured,
+// cmd/fake-llama/FACTS.md Q12). Both sides cut the same, so a prompt
+// that begins with such text itself keys alike on both.
+func normalize(s string) string {
+	for {
+		s = strings.TrimLeft(s, " \t\r\n")
+		if !strings.HasPrefix(s, "<") {
+			return s
+		}
+		end := strings.IndexByte(s, '>')
+		if end < 0 || end > 48 || strings.ContainsAny(s[:end], " \t\r\n") {
+			return s
+		}
+		s = s[end+1:]
+	}
 }
 
 // identityBytes is how much of the model file the identity reads.

@@ -21,6 +21,13 @@ func TestKey(t *testing.T) {
 		{name: "same prompt", a: "hello", b: "hello", same: true},
 		{name: "another prompt", a: "hello", b: "hullo", same: false},
 		{name: "only the first KeyBytes count", a: long + "x", b: long + "y", same: true},
+		// real llama-server's /slots against /apply-template and a raw
+		// prompt (measured, FACTS.md Q12)
+		{name: "a slot's chat prompt and its template",
+			a: "<s> <|system|>be brief\n<|user|>hello there\n<|assistant|>", b: "<|system|>be brief\n<|user|>hello there\n<|assistant|>", same: true},
+		{name: "a slot's raw prompt and the prompt", a: "<s> once upon a time", b: "once upon a time", same: true},
+		{name: "another conversation after the tokens", a: "<s> <|user|>hello", b: "<|user|>hullo", same: false},
+		{name: "a '<' that is no token", a: "<s> a < b and c > d", b: "a < b and c > d", same: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

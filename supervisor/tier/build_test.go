@@ -499,6 +499,9 @@ func TestPlanSlotSave(t *testing.T) {
 	if d := cmp.Diff([]string{"llama-server", "-m", "/m/a.gguf", "--port", "8080", "--slot-save-path", "/shared/kv"}, got.Head.Argv); d != "" {
 		t.Errorf("head argv (-want +got):\n%s", d)
 	}
+	if d := cmp.Diff(map[string]string{SlotsDebugEnv: "1"}, got.Head.Env); d != "" {
+		t.Errorf("head env (-want +got):\n%s", d)
+	}
 	if n := (SlotSave{BytesPerToken: 10}).NeedBytes([]string{"llama-server", "-c", "8192"}); n != 81920 {
 		t.Errorf("NeedBytes = %d, want 10 × 8192", n)
 	}
