@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,14 +42,11 @@ func TestE2ERealLlamaSavesSlotsAtTheDrain(t *testing.T) {
 	tr := setupE2EWith(t, e2eOptions{real: rl, replace: []string{"[head]\n", fmt.Sprintf("[head]\nslot_save_dir = %q\n", kv)}})
 	tr.submit(t)
 	tr.waitState(t, endpoints.StateReady, 240*time.Second)
-	code, body, err := realComplete(tr.headHost, tr.headPort, 60*time.Second)
-	if err != nil || code != 200 {
-		t.Fatalf("a completion from the real head: %d %v %s", code, err, body)
+	headBase := "http://" + net.JoinHostPort(tr.headHost, strconv.Itoa(tr.headPort))
+	first := complete(t, headBase, -1)
+	if first.Evaluated < 100 {
+		t.Fatalf("the first completion evaluated %d prompt tokens, want the long prompt's", first.Evaluated)
 	}
-	var answer struct {
-		Content string `json:"content"`
-	}
-	_ = json.Unmarshal([]byte(body), &answer)
 	if out, err := exec.Command("scancel", tr.jobID).CombinedOutput(); err != nil {
 		t.Fatalf("scancel: %v %s", err, out)
 	}
@@ -61,8 +59,8 @@ func TestE2ERealLlamaSavesSlotsAtTheDrain(t *testing.T) {
 	}
 	e := entries[0]
 	t.Logf("saved at the drain: %+v", e)
-	if e.Key != kvsave.Key("hello") || e.Tokens < 2 || e.Bytes <= 0 {
-		t.Errorf("entry %+v: want the key of the prompt \"hello\" and its tokens", e)
+	if e.Key != kvsave.Key(longPrompt) || e.Tokens < first.Evaluated || e.Bytes <= 0 {
+		t.Errorf("entry %+v: want the key of the prompt and its %d tokens at least", e, first.Evaluated)
 	}
 
 	// Restore it on a plain head, started here with the same model and -c.
@@ -88,22 +86,41 @@ func TestE2ERealLlamaSavesSlotsAtTheDrain(t *testing.T) {
 	if err != nil || res.NRestored != e.Tokens {
 		t.Fatalf("restore: %+v %v, want %d tokens", res, err, e.Tokens)
 	}
-	q, _ := json.Marshal(map[string]any{"prompt": "hello" + answer.Content, "n_predict": 4, "grammar": "root ::= [a-z ]+", "id_slot": 0})
-	resp, err := http.Post(base+"/completion", "application/json", strings.NewReader(string(q)))
+	done := complete(t, base, 0)
+	t.Logf("saved on the distributed head: %d tokens, %d bytes (%.0f B per token); restored on a plain head in %.2f ms; the same prompt then evaluated %d of its %d tokens (%d at first)",
+		e.Tokens, e.Bytes, float64(e.Bytes)/float64(e.Tokens), res.Timings.RestoreMS, done.PromptN, done.Evaluated, first.Evaluated)
+	if done.Evaluated != first.Evaluated || done.PromptN > 2 {
+		t.Errorf("after the restore the prompt evaluated %d of %d tokens, want 1 or 2", done.PromptN, done.Evaluated)
+	}
+}
+
+// longPrompt is long enough that its evaluation shows (about 180 tokens).
+var longPrompt = strings.Repeat("the quick brown fox jumps over the lazy dog ", 20)
+
+// realDone is what the test reads of a /completion answer.
+type realDone struct {
+	PromptN, Evaluated int
+}
+
+// complete asks the head at base for a short completion of longPrompt
+// (with a grammar: random weights), pinned to slot (-1: any).
+func complete(t *testing.T, base string, slot int) realDone {
+	t.Helper()
+	q, _ := json.Marshal(map[string]any{"prompt": longPrompt, "n_predict": 8, "grammar": "root ::= [a-z ]+", "id_slot": slot})
+	client := &http.Client{Timeout: 120 * time.Second}
+	resp, err := client.Post(base+"/completion", "application/json", strings.NewReader(string(q)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var done struct {
+	var d struct {
 		Timings struct {
 			PromptN int `json:"prompt_n"`
 		} `json:"timings"`
 		Evaluated int `json:"tokens_evaluated"`
 	}
-	_ = json.NewDecoder(resp.Body).Decode(&done)
-	t.Logf("restored %d tokens (%d bytes, %.2f ms) on another process; the answer's continuation evaluated %d of its %d prompt tokens",
-		res.NRestored, res.NRead, res.Timings.RestoreMS, done.Timings.PromptN, done.Evaluated)
-	if done.Evaluated == 0 || done.Timings.PromptN > 2 {
-		t.Errorf("after the restore the continuation evaluated %d of %d prompt tokens, want 1 or 2", done.Timings.PromptN, done.Evaluated)
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("completion at %s: %d %v", base, resp.StatusCode, err)
 	}
+	return realDone{PromptN: d.Timings.PromptN, Evaluated: d.Evaluated}
 }
