@@ -102,3 +102,29 @@ func TestSlotSaveRestore(t *testing.T) {
 		t.Errorf("erase: %d %s, want 12 erased", code, body)
 	}
 }
+
+// A save of a busy slot waits until its answer ends (real defers it):
+// it saves the whole answer's cache.
+func TestSlotSaveWaitsForTheAnswer(t *testing.T) {
+	dir := t.TempDir()
+	_, base := startHead(t, "--fake-tokens", "20", "--fake-token-rate", "20", "--slot-save-path", dir)
+	waitReady(t, base)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		resp, err := client.Post(base+"/completion", "application/json", strings.NewReader(`{"prompt":"one two","stream":true}`))
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	poll(t, "the slot busy", func() bool {
+		_, body := get(t, base+"/slots")
+		return strings.Contains(body, `"is_processing":true`)
+	})
+	code, body := post(t, base+"/slots/0?action=save", `{"filename":"busy.slot"}`)
+	if code != http.StatusOK || !strings.Contains(body, `"n_saved":22`) {
+		t.Errorf("save of a busy slot: %d %s, want the whole answer's 22 tokens", code, body)
+	}
+	<-ended
+}
