@@ -2,9 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,6 +133,48 @@ type fakeHead struct {
 	asked   int
 	// work is llamacpp:n_decode_total; negative leaves it out of /metrics.
 	work int
+	// slots is GET /slots' answer (JSON); saveDir where a slot save
+	// writes (POST /slots/N?action=save), saved the files it wrote;
+	// hangSave holds each save until it is closed (or the request ends).
+	slots    string
+	saveDir  string
+	saved    []string
+	hangSave chan struct{}
+}
+
+// slotAction answers POST /slots/N?action=save as llama-server does
+// (FACTS.md Q12), writing the file; it is called without h.mu held.
+func (h *fakeHead) slotAction(req *http.Request) (int, string) {
+	h.mu.Lock()
+	hang, dir := h.hangSave, h.saveDir
+	h.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-req.Context().Done():
+			return 0, ""
+		}
+	}
+	var body struct {
+		Filename string `json:"filename"`
+	}
+	if err := json.NewDecoder(req.Body).Decode(&body); err != nil || req.URL.Query().Get("action") != "save" {
+		return 400, `{"error":{"code":400}}`
+	}
+	if err := os.WriteFile(filepath.Join(dir, body.Filename), []byte("kv"), 0o644); err != nil {
+		return 500, `{"error":{"code":500}}`
+	}
+	h.mu.Lock()
+	h.saved = append(h.saved, body.Filename)
+	h.mu.Unlock()
+	id := strings.TrimPrefix(req.URL.Path, "/slots/")
+	return 200, fmt.Sprintf(`{"id_slot":%s,"filename":%q,"n_saved":12,"n_written":2,"timings":{"save_ms":1.5}}`, id, body.Filename)
+}
+
+func (h *fakeHead) savedFiles() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.saved...)
 }
 
 func (h *fakeHead) setWork(n int) {
@@ -152,10 +197,19 @@ func (h *fakeHead) metricsAsked() int {
 
 // RoundTrip implements http.RoundTripper.
 func (h *fakeHead) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.HasPrefix(req.URL.Path, "/slots/") {
+		status, body := h.slotAction(req)
+		if status == 0 {
+			return nil, req.Context().Err()
+		}
+		return &http.Response{StatusCode: status, Body: io.NopCloser(strings.NewReader(body)), Header: http.Header{}, Request: req}, nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	status, body := 404, ""
 	switch req.URL.Path {
+	case "/slots":
+		status, body = 200, h.slots
 	case "/health":
 		status, body = h.health, `{"status":"ok"}`
 	case "/v1/models":

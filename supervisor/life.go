@@ -19,8 +19,8 @@ import (
 // checks' results: the poll's deadlines (onWorkerDeadline,
 // onHeadDeadline), a startup probe (onProbe), the head's load (onLoad:
 // stall and idle exit), a silent link (onSilentLink), a worker the head
-// could not reach (onUnreachable) and the drain's counts (onDrainPoll,
-// onInFlight). Starting the checks themselves (HTTP, probes, the kernel's
+// could not reach (onUnreachable), the drain's counts (onDrainPoll,
+// onInFlight) and the end of its slot saves (onSaved). Starting the checks themselves (HTTP, probes, the kernel's
 // TCP table) is the runner's, off its goroutine.
 
 // lifeView is what the rules see of the tier at an event.
@@ -42,6 +42,9 @@ type lifeView struct {
 	Timeouts tier.Timeouts
 	// Drain is the ordered stop under way, while draining.
 	Drain drainState
+	// SaveSlots: the drain saves the head's slots before it stops it
+	// ([head] slot_save_dir).
+	SaveSlots bool
 	// IdleExit is the idle exit of an extra replica (0: none); IdleSince
 	// when its head, serving, was first counted idle (zero: not idle).
 	IdleExit  time.Duration
@@ -131,6 +134,9 @@ const (
 	stepSilentAt   stepKind = "silent at"    // worker Proc's probes get no answer at all since At (zero: answered)
 	stepNoRoom     stepKind = "no room"      // worker Proc is silent, but min_workers leaves no room to drop it (Err)
 	stepUnreached  stepKind = "unreached"    // the head could not connect to Reason (worker Proc; "": no worker)
+	stepSave       stepKind = "save"         // save the head's idle slots that hold a conversation, by At
+	stepSaved      stepKind = "saved"        // the saves ended: N saved, Err
+	stepSaveLate   stepKind = "save late"    // the saves did not end by their deadline: the stop goes on
 )
 
 // lifeStep is one thing to do; which fields count depends on Kind.
@@ -296,6 +302,9 @@ func onStop(v lifeView, req StopRequest) []lifeStep {
 		ds.notBefore = since.Add(v.IdleUnroute)
 		ds.deadline = ds.deadline.Add(v.IdleUnroute)
 	}
+	if v.SaveSlots {
+		ds.saveBy = ds.deadline.Add(v.Split.Save)
+	}
 	steps := []lifeStep{{Kind: stepDrain, Drain: ds}, {Kind: stepState, To: StateDraining, Reason: string(req.Reason)}}
 	if req.SkipDrain || v.Head.Phase != phaseReady {
 		return append(steps, finish()...)
@@ -411,8 +420,12 @@ func onDrainPoll(v lifeView) []lifeStep {
 	switch {
 	case v.State != StateDraining:
 		return nil
+	case v.Drain.saving && !v.Now.Before(v.Drain.saveBy):
+		return append([]lifeStep{{Kind: stepSaveLate}}, finish()...)
+	case v.Drain.saving:
+		return nil
 	case !v.Now.Before(v.Drain.deadline):
-		return append([]lifeStep{{Kind: stepSpent}}, finish()...)
+		return append([]lifeStep{{Kind: stepSpent}}, endWait(v)...)
 	case v.Drain.checking:
 		return nil
 	}
@@ -430,16 +443,38 @@ func onInFlight(v lifeView, n int, err error) []lifeStep {
 	}
 	steps := []lifeStep{{Kind: stepCounted, N: n, Err: err}}
 	switch {
+	case v.Drain.saving:
+		return steps
 	case err != nil && !v.Drain.unsure:
 		return append(steps, lifeStep{Kind: stepUnsure, Err: err})
 	case err != nil, n == 0 && v.Now.Before(v.Drain.notBefore):
 		return steps
 	case n == 0:
-		return append(append(steps, lifeStep{Kind: stepIdle}), finish()...)
+		return append(append(steps, lifeStep{Kind: stepIdle}), endWait(v)...)
 	case v.Drain.unsure:
 		return append(steps, lifeStep{Kind: stepSure, N: n})
 	}
 	return steps
+}
+
+// endWait: the drain's wait for requests in flight ended. A tier that
+// saves its head's slots saves them first, by the end of the split's save
+// share (the stop after it is paid for as without saves: the requeue is
+// never later); else everything stops.
+func endWait(v lifeView) []lifeStep {
+	if !v.SaveSlots || v.Head.Phase != phaseReady {
+		return finish()
+	}
+	return []lifeStep{{Kind: stepSave, At: v.Drain.saveBy}}
+}
+
+// onSaved: the saves of the head's slots ended (n saved, err the first
+// failure): everything stops.
+func onSaved(v lifeView, n int, err error) []lifeStep {
+	if v.State != StateDraining || !v.Drain.saving {
+		return nil
+	}
+	return append([]lifeStep{{Kind: stepSaved, N: n, Err: err}}, finish()...)
 }
 
 // silentAfter is how long the startup probes of a worker may get no answer

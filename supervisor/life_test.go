@@ -239,6 +239,16 @@ func TestOnStop(t *testing.T) {
 			want: []lifeStep{{Kind: stepDrain, Drain: drainState{req: StopRequest{Reason: ReasonPreempted, Since: preempt},
 				since: preempt, deadline: preempt.Add(6 * time.Second)}},
 				{Kind: stepState, To: StateDraining, Reason: "preempted"}, {Kind: stepWaitDrain}}},
+		{name: "a tier that saves its slots: the saves end by the wait's end plus their share",
+			view: func() lifeView {
+				v := lifeWorld(StateReady, phaseReady, phaseReady, phaseReady)
+				v.SaveSlots, v.Split.Save = true, 3*time.Second
+				return v
+			}(),
+			req: StopRequest{Reason: ReasonPreempted, Since: preempt},
+			want: []lifeStep{{Kind: stepDrain, Drain: drainState{req: StopRequest{Reason: ReasonPreempted, Since: preempt},
+				since: preempt, deadline: preempt.Add(6 * time.Second), saveBy: preempt.Add(9 * time.Second)}},
+				{Kind: stepState, To: StateDraining, Reason: "preempted"}, {Kind: stepWaitDrain}}},
 		{name: "a signal with no time: the budget counts from now",
 			view: lifeWorld(StateReady, phaseReady, phaseReady, phaseReady),
 			req:  StopRequest{Reason: ReasonCancelled},
@@ -321,6 +331,11 @@ func TestOnChecks(t *testing.T) {
 		if f != nil {
 			f(&v.Drain)
 		}
+		return v
+	}
+	saving := func(under bool) lifeView {
+		v := draining(func(d *drainState) { d.saveBy, d.saving = lifeT0.Add(2*time.Second), under })
+		v.SaveSlots = true
 		return v
 	}
 	tests := []struct {
@@ -430,6 +445,32 @@ func TestOnChecks(t *testing.T) {
 		{name: "counted again after failures",
 			view: draining(func(d *drainState) { d.unsure = true }), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onInFlight(v, 3, nil) },
 			want: []lifeStep{{Kind: stepCounted, N: 3}, {Kind: stepSure, N: 3}}},
+		{name: "saving slots: nothing in flight, the slots are saved before the stop",
+			view: saving(false), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onInFlight(v, 0, nil) },
+			want: []lifeStep{{Kind: stepCounted}, {Kind: stepIdle}, {Kind: stepSave, At: lifeT0.Add(2 * time.Second)}}},
+		{name: "saving slots: the wait's budget spent, the idle slots are saved before the stop",
+			view: with(saving(false), func(v *lifeView) { v.Now = lifeT0.Add(time.Second) }),
+			rule: func(v lifeView, _ lifeDeps) []lifeStep { return onDrainPoll(v) },
+			want: []lifeStep{{Kind: stepSpent}, {Kind: stepSave, At: lifeT0.Add(2 * time.Second)}}},
+		{name: "saving slots, the head not ready: nothing to save, stop",
+			view: with(saving(false), func(v *lifeView) { v.Head.Phase = phaseStarting }),
+			rule: func(v lifeView, _ lifeDeps) []lifeStep { return onInFlight(v, 0, nil) },
+			want: []lifeStep{{Kind: stepCounted}, {Kind: stepIdle}, {Kind: stepFinish}, {Kind: stepStopped}}},
+		{name: "saves under way: the poll neither counts nor stops",
+			view: with(saving(true), func(v *lifeView) { v.Now = lifeT0.Add(time.Second) }),
+			rule: func(v lifeView, _ lifeDeps) []lifeStep { return onDrainPoll(v) }},
+		{name: "saves past their deadline: the stop goes on (the requeue is never later)",
+			view: with(saving(true), func(v *lifeView) { v.Now = lifeT0.Add(2 * time.Second) }),
+			rule: func(v lifeView, _ lifeDeps) []lifeStep { return onDrainPoll(v) },
+			want: []lifeStep{{Kind: stepSaveLate}, {Kind: stepFinish}, {Kind: stepStopped}}},
+		{name: "a count that comes back while saving: only counted",
+			view: saving(true), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onInFlight(v, 0, nil) },
+			want: []lifeStep{{Kind: stepCounted}}},
+		{name: "the saves ended: stop",
+			view: saving(true), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onSaved(v, 2, nil) },
+			want: []lifeStep{{Kind: stepSaved, N: 2}, {Kind: stepFinish}, {Kind: stepStopped}}},
+		{name: "saves that end after the stop: nothing",
+			view: saving(false), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onSaved(v, 2, nil) }},
 		{name: "a count while serving: nothing (it is only published)",
 			view: checkWorld(StateReady, phaseReady, phaseReady, phaseReady), rule: func(v lifeView, _ lifeDeps) []lifeStep { return onInFlight(v, 0, nil) }},
 		{name: "a probe answered: the worker is ready",

@@ -431,6 +431,8 @@ func (r *Runner) handleMsg(m any) {
 		r.handleHealth(m)
 	case inFlightMsg:
 		r.handleInFlight(m)
+	case savedMsg:
+		r.handleSaved(m)
 	case supersededMsg:
 		r.handleSuperseded()
 	case unreachableMsg:

@@ -263,4 +263,5 @@ func (r *Runner) headReady(now time.Time) {
 	r.log.Info("head ready", "after", now.Sub(r.head.startedAt).Round(time.Millisecond), "models", r.models)
 	r.emit(Event{Kind: EventReady, Process: r.head.spec.Name, Reason: "/health 200"})
 	r.policy.Healthy(now)
+	r.publishHead()
 }

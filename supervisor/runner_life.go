@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -27,6 +29,7 @@ func (r *Runner) view() lifeView {
 		MinWorkers: r.plan.MinWorkers, StartFailLimit: r.plan.Restart.WorkerStartFailures,
 		Split: r.plan.Split(stopMargin(r.opts.Launcher)), IdleUnroute: unroute,
 		Timeouts: r.plan.Timeouts, Drain: r.drain, IdleExit: r.opts.IdleExit, IdleSince: r.idleSince,
+		SaveSlots: r.plan.SlotSave.Dir != "",
 	}
 }
 
@@ -133,6 +136,21 @@ func (r *Runner) applyCheck(s lifeStep) {
 		r.log.Info("no request in flight")
 	case stepSpent:
 		r.log.Warn("drain budget spent: stopping with requests in flight", "in_flight", r.inFlight)
+	case stepSave:
+		r.saveSlots(s.At)
+	case stepSaved:
+		switch {
+		case errors.Is(s.Err, context.DeadlineExceeded):
+			r.log.Warn("gave up saving slots at the deadline: stopping the head, the requeue is not delayed",
+				"saved", s.N, "deadline", r.drain.saveBy.Format(time.RFC3339Nano), "error", s.Err)
+		case s.Err != nil:
+			r.log.Warn("slots saved, some not", "saved", s.N, "error", s.Err)
+		default:
+			r.log.Info("slots saved", "saved", s.N)
+		}
+	case stepSaveLate:
+		r.log.Warn("slot saves not done by their deadline: stopping the head, the requeue is not delayed",
+			"deadline", r.drain.saveBy.Format(time.RFC3339Nano))
 	default:
 		r.applyWorkerCheck(s)
 	}

@@ -24,6 +24,10 @@ type drainState struct {
 	// notBefore: an idle stop does not end before this, even with nothing
 	// in flight (the controller is still unrouting the endpoint).
 	notBefore time.Time
+	// saveBy is when the saves of the head's slots must end (deadline
+	// plus the split's save share); saving that they are under way.
+	saveBy time.Time
+	saving bool
 }
 
 // inFlightMsg is the head's count of requests in flight (draining, or the
@@ -52,6 +56,7 @@ func stopMargin(l Launcher) time.Duration {
 func (r *Runner) updateStop(req StopRequest) {
 	if !req.Since.IsZero() && req.Since.Before(r.drain.since) {
 		r.drain.deadline = r.drain.deadline.Add(req.Since.Sub(r.drain.since))
+		r.drain.saveBy = r.drain.saveBy.Add(req.Since.Sub(r.drain.since))
 		r.drain.since = req.Since
 		r.log.Info("drain budget counts from earlier", "since", req.Since.Format(time.RFC3339Nano),
 			"until", r.drain.deadline.Format(time.RFC3339Nano))
@@ -114,6 +119,7 @@ func (r *Runner) finish() {
 	r.stopAll()
 	r.takeLateReasons()
 	r.removeEndpoint()
+	r.removeHead()
 }
 
 // takeLateReasons keeps the last reason of the stop requests that arrived
@@ -144,6 +150,7 @@ func (r *Runner) giveUp(m *member, reason string) {
 		r.err = &NodeError{Node: m.spec.Node, Why: m.nodeFault, Reason: reason}
 	}
 	r.removeEndpoint()
+	r.removeHead()
 	r.stopAll()
 }
 

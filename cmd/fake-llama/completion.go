@@ -30,6 +30,8 @@ type completionRequest struct {
 	// (assistant) message explicitly (measured 2026-11-24, Q8).
 	ContinueFinalMessage any   `json:"continue_final_message"`
 	AddGenerationPrompt  *bool `json:"add_generation_prompt"`
+	// IDSlot pins the request to a slot (real's id_slot; -1 or absent: any).
+	IDSlot *int `json:"id_slot"`
 }
 
 // job is one accepted completion: what to generate and how to shape the answer.
@@ -38,6 +40,9 @@ type job struct {
 	model  string
 	id     string // the answer's id: chatcmpl- and 32 random letters, new per request (Q8)
 	prompt int    // prompt tokens
+	// evaluated is how many of them were evaluated (timings.prompt_n):
+	// fewer when the slot's cache held the prompt's beginning.
+	evaluated int
 	// first is the index of the first token generated: a continued answer
 	// goes on counting from its prefill (the fake's own: tokens are
 	// numbered, so tests see where a continuation joins); echo is the
@@ -86,7 +91,7 @@ func (s *server) serveCompletion(w http.ResponseWriter, r *http.Request, f forma
 			return
 		}
 	}
-	slot, err := slots.acquire(r.Context())
+	slot, err := slots.acquirePinned(r.Context(), req.IDSlot)
 	if err != nil {
 		return // the client went away while deferred
 	}
@@ -96,7 +101,7 @@ func (s *server) serveCompletion(w http.ResponseWriter, r *http.Request, f forma
 	if err := computeAll(s.workers, j.prompt); err != nil {
 		s.abort(w, err)
 	}
-	j.slots.prompted(j.slot, j.prompt, j.n)
+	j.evaluated = j.slots.prompted(j.slot, j.prompt, j.n, req.promptText())
 	if req.Stream {
 		s.streamCompletion(w, r, j)
 		return

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,8 @@ var serverFlags = map[string]flagDef{
 	"--rpc": {"rpc", false}, "--metrics": {"metrics", true},
 	"--models-dir": {"models-dir", false}, "--models-max": {"models-max", false},
 	"-np": {"parallel", false}, "--parallel": {"parallel", false},
+	"--slot-save-path":                    {"slot-save-path", false},
+	"--fake-kv-bytes-per-token":           {"kv-bytes-per-token", false},
 	"--fake-load-time":                    {"load-time", false},
 	"--fake-token-rate":                   {"token-rate", false},
 	"--fake-tokens":                       {"tokens", false},
@@ -135,6 +138,13 @@ type config struct {
 	hashMiBs, linkMiBs float64
 	tensorSplit        []float64 // --tensor-split: workers first, then the head's own
 	cache              bool      // rpc-server -c: keep large tensors in a file cache
+
+	// slotSavePath is --slot-save-path ("": slot actions answer 501);
+	// flashAttn -fa (a restore must match it); kvBytesPerToken the saved
+	// slot's size per token.
+	slotSavePath    string
+	flashAttn       string
+	kvBytesPerToken int
 }
 
 // defaultRPCVersion is the version printed by "Starting RPC server v..." and checked at connect.
@@ -158,6 +168,7 @@ const defaultTermStreamExit = 30 * time.Second
 func parseConfig(mode string, args []string) (config, error) {
 	tables := []map[string]flagDef{commonFlags, serverFlags}
 	cfg := config{mode: mode, host: "127.0.0.1", port: 8080, parallel: 1, modelsMax: 4, tokenRate: 50,
+		flashAttn: "auto", kvBytesPerToken: defaultKVBytesPerToken,
 		tokens: 16, termDelay: 100 * time.Millisecond, termStreamExit: defaultTermStreamExit,
 		rpcVersion: defaultRPCVersion, hashMiBs: defaultHashMiBs, linkMiBs: defaultLinkMiBs}
 	if mode == modeRPC {
@@ -196,13 +207,45 @@ func parseConfig(mode string, args []string) (config, error) {
 	p.float("hash-mbps", &cfg.hashMiBs)
 	p.float("link-mbps", &cfg.linkMiBs)
 	p.floats("tensor-split", &cfg.tensorSplit)
+	p.str("slot-save-path", &cfg.slotSavePath)
+	if mode == modeServer {
+		cfg.flashAttn = flashAttnOf(args, cfg.flashAttn)
+	}
+	p.integer("kv-bytes-per-token", &cfg.kvBytesPerToken)
 	if v, ok := vals["rpc"]; ok && v != "" {
 		cfg.rpc = strings.Split(v, ",")
 	}
 	if cfg.parallel < 1 {
 		cfg.parallel = 1
 	}
+	if p.err == nil && cfg.slotSavePath != "" {
+		// real refuses to start: "not a directory" (common/arg.cpp:3579)
+		if st, err := os.Stat(cfg.slotSavePath); err != nil || !st.IsDir() {
+			return config{}, fmt.Errorf("error while handling argument \"--slot-save-path\": not a directory: %s", cfg.slotSavePath)
+		}
+	}
 	return cfg, p.err
+}
+
+// flashAttnOf is -fa/--flash-attn's value (on, off, auto), read apart
+// from the tolerant parser: an older config's bare --flash-attn (a
+// boolean then) must keep working; it reads as "on".
+func flashAttnOf(args []string, def string) string {
+	for i, a := range args {
+		name, val, ok := strings.Cut(a, "=")
+		if name != "-fa" && name != "--flash-attn" {
+			continue
+		}
+		switch {
+		case ok:
+			def = val
+		case i+1 < len(args) && !isFlag(args[i+1]):
+			def = args[i+1]
+		default:
+			def = "on"
+		}
+	}
+	return def
 }
 
 // valueParser converts flag values, keeping the first error.

@@ -11,8 +11,9 @@ import (
 func TestParseConfigTolerant(t *testing.T) {
 	base := config{mode: modeServer, host: "127.0.0.1", port: 8080, parallel: 1, modelsMax: 4, tokenRate: 50,
 		tokens: 16, termDelay: 100 * time.Millisecond, termStreamExit: 30 * time.Second,
-		rpcVersion: defaultRPCVersion, hashMiBs: 900, linkMiBs: 1000}
+		rpcVersion: defaultRPCVersion, hashMiBs: 900, linkMiBs: 1000, flashAttn: "auto", kvBytesPerToken: 784}
 	with := func(f func(c *config)) config { c := base; f(&c); return c }
+	kvDir := t.TempDir()
 	tests := []struct {
 		name string
 		mode string
@@ -35,7 +36,7 @@ func TestParseConfigTolerant(t *testing.T) {
 			want: with(func(c *config) { c.port, c.alias = 9000, "fast" })},
 		{name: "unknown flag then flag is boolean", mode: modeServer,
 			args: []string{"--no-kv-offload", "--port", "9001", "--flash-attn"},
-			want: with(func(c *config) { c.port = 9001 })},
+			want: with(func(c *config) { c.port, c.flashAttn = 9001, "on" })},
 		{name: "negative number is a value", mode: modeServer,
 			args: []string{"--seed", "-1", "-n", "-2", "--alias", "a"},
 			want: with(func(c *config) { c.alias = "a" })},
@@ -64,6 +65,9 @@ func TestParseConfigTolerant(t *testing.T) {
 			})},
 		{name: "rpc-server default port", mode: modeRPC,
 			want: with(func(c *config) { c.mode, c.port = modeRPC, 50052 })},
+		{name: "slot saving", mode: modeServer,
+			args: []string{"--slot-save-path", kvDir, "-fa", "off", "--fake-kv-bytes-per-token", "10"},
+			want: with(func(c *config) { c.slotSavePath, c.flashAttn, c.kvBytesPerToken = kvDir, "off", 10 })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

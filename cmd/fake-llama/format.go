@@ -88,5 +88,6 @@ func (rawFormat) done() bool { return false }
 
 func (rawFormat) whole(j job, text string) any {
 	return map[string]any{"content": text, "stop": true, "model": j.model,
-		"tokens_predicted": j.n, "tokens_evaluated": j.prompt, "stop_type": "limit"}
+		"tokens_predicted": j.n, "tokens_evaluated": j.prompt, "stop_type": "limit",
+		"timings": map[string]any{"prompt_n": j.evaluated, "predicted_n": j.n}}
 }

@@ -159,6 +159,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("/infill", s.handleCompletion) // /completion's events (FACTS.md Q10)
 	mux.HandleFunc("/metrics", s.handleMetrics)
 	mux.HandleFunc("/slots", s.handleSlots)
+	mux.HandleFunc("/slots/", s.handleSlotAction)
+	mux.HandleFunc("/apply-template", s.handleApplyTemplate)
 	mux.HandleFunc("/props", s.handleProps)
 	mux.HandleFunc("/", s.handleWebUI)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -287,11 +289,21 @@ func (s *server) handleSlots(w http.ResponseWriter, r *http.Request) {
 		// real's shape, trimmed (Q7): next_token[0] counts the tokens generated
 		// and still to generate, per token; idle, n_decoded 0 and n_remain -1
 		out[i] = map[string]any{"id": i, "id_task": sl.task, "n_ctx": slotContext, "is_processing": sl.busy,
-			"n_prompt_tokens": sl.nPrompt,
+			"n_prompt_tokens": slotTokens(sl), "prompt": sl.prompt,
 			"next_token": []map[string]any{{"has_next_token": sl.busy, "has_new_line": false,
 				"n_remain": sl.nRemain, "n_decoded": sl.nDecoded}}}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// slotTokens is a slot's n_prompt_tokens: real shows the tokens its
+// cache holds (prompt.tokens.size(), server-context.cpp:653), so an idle
+// slot keeps them (FACTS.md Q12).
+func slotTokens(sl slotState) int {
+	if sl.busy {
+		return sl.nPrompt
+	}
+	return sl.cached
 }
 
 // slotContext is each slot's n_ctx, as /slots and the load log show it.

@@ -311,11 +311,11 @@ func TestRawCompletion(t *testing.T) {
 		want []string
 	}{
 		{name: "whole", body: `{"prompt":"hi","n_predict":2}`,
-			want: []string{`{"content":"tok0 tok1 ","model":"fake-model","stop":true,"stop_type":"limit","tokens_evaluated":1,"tokens_predicted":2}`}},
+			want: []string{`{"content":"tok0 tok1 ","model":"fake-model","stop":true,"stop_type":"limit","timings":{"predicted_n":2,"prompt_n":1},"tokens_evaluated":1,"tokens_predicted":2}`}},
 		{name: "streamed", body: `{"prompt":"hi","stream":true}`,
 			want: []string{`{"content":"tok0 ","stop":false}`, `{"content":"tok1 ","stop":false}`,
 				`{"content":"tok2 ","stop":false}`,
-				`{"content":"","model":"fake-model","stop":true,"stop_type":"limit","tokens_evaluated":1,"tokens_predicted":3}`}},
+				`{"content":"","model":"fake-model","stop":true,"stop_type":"limit","timings":{"predicted_n":3,"prompt_n":1},"tokens_evaluated":1,"tokens_predicted":3}`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

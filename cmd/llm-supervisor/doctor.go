@@ -22,7 +22,8 @@ Checks what this GPU node needs to run the tiers: munge (version, a credential's
 round trip), Slurm (its commands, slurmctld), the firewall (the heads' ports reach
 the controller; the rpc-server ports, which have no authentication, only the nodes),
 and each tier's endpoint_dir and log_dir (there, real directories, not writable by
-others). One line per check, ok/WARN/FAIL, and the fix for each miss.
+others), and a slot_save_dir's write speed (64 MiB written and synced: does it save a
+full context within the drain's save share). One line per check, ok/WARN/FAIL, and the fix for each miss.
 Without --config: every tier config in /etc/slurm-llm (a .toml with a top-level
 tier key); name only the tiers this node runs with one --config each.
 Exit status: 0 ready, 1 not ready (a FAIL), 2 usage or config error.
@@ -122,6 +123,11 @@ func installedTierConfigs(dir string) ([]string, error) {
 func addTier(n *doctor.Node, cfg *tier.Config) {
 	n.EndpointDirs = append(n.EndpointDirs, cfg.EndpointDir)
 	n.LogDirs = append(n.LogDirs, cfg.LogDir)
+	if ss := cfg.Head.SlotSave; ss.Dir != "" {
+		split := tier.Split(cfg.Kind, cfg.Timeouts, cfg.Drain, tier.ShimMargin).WithSaves()
+		n.SlotSaves = append(n.SlotSaves, doctor.SlotSave{Tier: cfg.Tier, Dir: ss.Dir,
+			NeedBytes: ss.NeedBytes(cfg.Head.Command), Share: split.Save})
+	}
 	if cfg.Head.Port > 0 {
 		n.HeadPorts = append(n.HeadPorts, cfg.Head.Port)
 	}

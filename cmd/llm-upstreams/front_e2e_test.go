@@ -73,6 +73,10 @@ type frontOpts struct {
 	// quietKeeper writes the keeper's log to <dir>/keeper.log, not the
 	// test's (a benchmark's log keeps only its first 10 lines).
 	quietKeeper bool
+	// slotSave runs the fast tier as a single-model head (qwen-a, 2
+	// slots) that saves its slots at the drain into <dir>/kv, which the
+	// front door reads ([head] and [front] slot_save_dir).
+	slotSave bool
 }
 
 type frontWorld struct {
@@ -111,6 +115,17 @@ func newFrontWorld(t testing.TB, o frontOpts) *frontWorld {
 	}
 	fast := frontTier(w.dir, "fast", freePort(t), "--models-dir", w.dir+"/models", "--parallel", "16",
 		"--fake-load-time", "200ms", "--fake-tokens", strconv.Itoa(tokens), "--fake-token-rate", strconv.Itoa(rate))
+	frontSlots := ""
+	if o.slotSave {
+		kv := filepath.Join(w.dir, "kv")
+		if err := os.MkdirAll(kv, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fast = frontTier(w.dir, "fast", freePort(t), "-m", w.dir+"/models/qwen-a.gguf", "--alias", "qwen-a", "--parallel", "2",
+			"--fake-load-time", "200ms", "--fake-tokens", strconv.Itoa(tokens), "--fake-token-rate", strconv.Itoa(rate))
+		fast = strings.Replace(fast, "\n[timeouts]", fmt.Sprintf("slot_save_dir = %q\n\n[timeouts]", kv), 1)
+		frontSlots = fmt.Sprintf("slot_save_dir = %q\n", kv)
+	}
 	if o.drainBudget != "" {
 		fast += fmt.Sprintf("\n[drain]\nbudget = %q\n", o.drainBudget)
 	}
@@ -181,10 +196,10 @@ job_name = %[3]q
 listen = "127.0.0.1:%[7]d"
 models_refresh = "1s"
 hold_unknown = %[8]q
-[front.tiers.reasoning]
+%[9]s[front.tiers.reasoning]
 hold = "60s"
 models = ["OR1-Behemoth"]
-%[6]s`, w.dir, w.fastJob, w.reasJob, nginxCfg, out, hold, freePort(t), holdUnknown))
+%[6]s`, w.dir, w.fastJob, w.reasJob, nginxCfg, out, hold, freePort(t), holdUnknown, frontSlots))
 	var klog io.Writer = tbWriter{t: t}
 	if o.quietKeeper {
 		f, err := os.Create(filepath.Join(w.dir, "keeper.log"))

@@ -27,6 +27,8 @@ type accessEntry struct {
 	attempts          int
 	outcome           string
 	continued, moved  int
+	restored          int
+	pause             time.Duration
 	why               string
 	id                access.Identity
 	prompt            int
@@ -147,7 +149,7 @@ func (e *accessEntry) format(b *bytes.Buffer) {
 		fmt.Fprintf(b, " prompt_tokens=%d completion_tokens=%d", e.prompt, e.completion)
 	}
 	if e.continued > 0 {
-		fmt.Fprintf(b, " continued=%d moved=%d", e.continued, e.moved)
+		fmt.Fprintf(b, " continued=%d moved=%d restored=%d pause_ms=%d", e.continued, e.moved, e.restored, e.pause.Milliseconds())
 	}
 	if e.why != "" {
 		fmt.Fprintf(b, " why=%s", strconv.Quote(e.why))

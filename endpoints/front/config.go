@@ -4,6 +4,7 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,6 +76,15 @@ type Config struct {
 	// MaxContinuations bounds how many times one streamed answer is
 	// continued on another head.
 	MaxContinuations int
+	// SlotSaveDir is where the supervisors save their heads' slots at a
+	// drain (their [head] slot_save_dir, on storage the controller
+	// reads and writes too): a cut stream is continued on a head that
+	// restored its slot first, when one was saved. "" (default): never.
+	SlotSaveDir string
+	// SlotRestoreTimeout bounds the restore before a continuation (its
+	// lookups and llama-server's read of the file); past it the
+	// continuation is sent without (recomputing its prompt).
+	SlotRestoreTimeout time.Duration
 	// MaxBodyBytesInFlight bounds the request bodies the front door holds
 	// at once, all clients together (each is kept until its answer ends,
 	// for retries and continuations); past it a request gets a 503 busy at
@@ -160,6 +170,8 @@ var defaultConfig = Config{
 	AccessLog:         "-",
 	MaxContinuations:  3,
 
+	SlotRestoreTimeout: 20 * time.Second,
+
 	MaxBodyBytesInFlight: 256 << 20,
 	MaxProcs:             1,
 }
@@ -212,6 +224,8 @@ func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
 		"aliases":                  d.StringMap(&f.Aliases),
 		"default_model":            d.String(&f.DefaultModel),
 		"max_continuations":        d.Int(&f.MaxContinuations),
+		"slot_save_dir":            d.String(&f.SlotSaveDir),
+		"slot_restore_timeout":     d.Duration(&f.SlotRestoreTimeout),
 		"max_body_bytes_in_flight": d.Bytes(&f.MaxBodyBytesInFlight),
 		"cors_origins":             d.Strings(&f.CORSOrigins),
 		"max_procs":                d.Int(&f.MaxProcs),
@@ -259,10 +273,14 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 	}
 	for key, v := range map[string]time.Duration{"read_header_timeout": f.ReadHeaderTimeout, "read_timeout": f.ReadTimeout,
 		"idle_timeout": f.IdleTimeout, "write_timeout": f.WriteTimeout, "connect_timeout": f.ConnectTimeout,
-		"fail_timeout": f.FailTimeout, "hold_max": f.HoldMax, "models_refresh": f.ModelsRefresh} {
+		"fail_timeout": f.FailTimeout, "hold_max": f.HoldMax, "models_refresh": f.ModelsRefresh,
+		"slot_restore_timeout": f.SlotRestoreTimeout} {
 		if v <= 0 {
 			d.Invalid(toml.Key{"front", key}, "want a positive duration")
 		}
+	}
+	if f.SlotSaveDir != "" && !filepath.IsAbs(f.SlotSaveDir) {
+		d.Invalid(toml.Key{"front", "slot_save_dir"}, "want an absolute path (got %q)", f.SlotSaveDir)
 	}
 	if f.MaxContinuations < 0 || f.MaxContinuations > 100 {
 		d.Invalid(toml.Key{"front", "max_continuations"}, "want 0 to 100")

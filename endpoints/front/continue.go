@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -155,6 +156,12 @@ type splicer struct {
 	echo        string // text a continuation's first delta may repeat
 	cutAt       time.Time
 	heads       []string
+	// savesFor is the head whose drain was asked whether it saves its
+	// slots (restore.go, drainSaves), saves the answer; awaitSave: the
+	// next continuation waits for the conversation's slot to be saved.
+	savesFor  *head
+	saves     bool
+	awaitSave bool
 
 	// Token timing (llm_front_time_to_first_token_seconds and
 	// llm_front_inter_token_seconds): the last token's time, zero before
@@ -347,11 +354,20 @@ func (sp *splicer) drainingSwitch() bool {
 		return false
 	}
 	next, _ := sp.s.pick(sp.s.tab.Load(), sp.c.tier, sp.c.model)
-	if next == nil {
+	saves := sp.drainSaves(h)
+	if next == nil && !saves {
 		return false // nowhere to go: stay until the drain ends it
 	}
 	sp.closeCur() // the old head sees its client leave: its slot is free
 	sp.cutAt = sp.s.now()
+	if next == nil {
+		// Its drain saves the slot once idle (restore.go): the stream
+		// waits, held, for a head to restore it on, rather than be cut
+		// by the stop with its slot unsaved.
+		sp.c.moved++
+		sp.continueOrFail("its head drains and saves its slot")
+		return true
+	}
 	if sp.start(next, "its head drains") {
 		sp.c.moved++
 		return true
@@ -410,7 +426,8 @@ const (
 // failing (or the answer ended: end is set). A continuation counts once a
 // head took it.
 func (sp *splicer) start(h *head, why string) bool {
-	body, err := sp.continuation(h)
+	slot := sp.restoreSlot(h)
+	body, err := sp.continuation(h, slot)
 	if err != nil {
 		sp.s.release(h)
 		sp.fail(resultRefused, why+"; not continued: "+err.Error())
@@ -451,8 +468,14 @@ func (sp *splicer) start(h *head, why string) bool {
 	sp.spliced, sp.beforeSplit, sp.echo = true, sp.tokens, string(sp.content)
 	sp.lastToken = time.Time{} // the pause is llm_front_continuation_pause_seconds', not a token's
 	fmt.Fprintf(&sp.out, ": slurm-llm: continued on %s %s (%s)\n\n", sp.c.tier, h.addr, oneLine(why))
-	sp.s.metrics.continued.WithLabelValues(sp.c.tier, resultContinued).Inc()
-	sp.s.metrics.pause.WithLabelValues(sp.c.tier).Observe(sp.s.now().Sub(sp.cutAt).Seconds())
+	restored := slot >= 0
+	if restored {
+		sp.c.restored++
+	}
+	pause := sp.s.now().Sub(sp.cutAt)
+	sp.c.pause += pause
+	sp.s.metrics.continued.WithLabelValues(sp.c.tier, resultContinued, strconv.FormatBool(restored)).Inc()
+	sp.s.metrics.pause.WithLabelValues(sp.c.tier).Observe(pause.Seconds())
 	return true
 }
 
@@ -481,13 +504,19 @@ func headerForHead(in http.Header) http.Header {
 // continuation is the request to send again: with the answer so far as
 // the assistant's message to continue (chat) or appended to the prompt
 // (/completion), and the token limit lowered by what was generated (as h
-// tokenizes it, or by the chunks counted when it cannot say).
-func (sp *splicer) continuation(h *head) ([]byte, error) {
+// tokenizes it, or by the chunks counted when it cannot say); pinned to
+// slot (id_slot) when h restored the conversation's saved slot there
+// (restore.go; -1: none).
+func (sp *splicer) continuation(h *head, slot int) ([]byte, error) {
 	var body map[string]json.RawMessage
 	if err := json.Unmarshal(sp.c.body, &body); err != nil {
 		return nil, errors.New("the request is not a JSON object")
 	}
 	set := func(k string, v any) { body[k], _ = json.Marshal(v) }
+	if slot >= 0 {
+		set("id_slot", slot)
+		set("cache_prompt", true)
+	}
 	used := -1
 	for _, key := range []string{"max_tokens", "max_completion_tokens", "n_predict"} {
 		var limit int
@@ -599,7 +628,7 @@ func roleOf(m map[string]json.RawMessage) string {
 // fail ends the answer with an error event saying why (an answer cut and
 // not continued), counted once under result.
 func (sp *splicer) fail(result, why string) {
-	sp.s.metrics.continued.WithLabelValues(sp.c.tier, result).Inc()
+	sp.s.metrics.continued.WithLabelValues(sp.c.tier, result, "false").Inc()
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "the answer was cut: " + why,
 		"type": "server_error", "code": http.StatusBadGateway}})
 	fmt.Fprintf(&sp.out, "data: %s\n\n", b)

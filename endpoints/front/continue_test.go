@@ -269,7 +269,7 @@ func TestContinuationWaitsForTheModel(t *testing.T) {
 	if got.text != "t0 t1 t2 t3 t4 t5 " || !got.done || got.errEvent != "" {
 		t.Errorf("answer %+v", got)
 	}
-	if n := testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", "continued")); n != 1 {
+	if n := testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", "continued", "false")); n != 1 {
 		t.Errorf("continued %v, want 1", n)
 	}
 }
@@ -313,7 +313,7 @@ func TestNotContinuedWhereItWouldNotMeanTheSame(t *testing.T) {
 			if len(b.requests()) != 0 {
 				t.Errorf("b got %d requests, want none", len(b.requests()))
 			}
-			if n := testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", "refused")); n != 1 {
+			if n := testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", "refused", "false")); n != 1 {
 				t.Errorf("refused %v, want 1", n)
 			}
 		})

@@ -199,7 +199,7 @@ func TestContinuationsCountedOnceAccepted(t *testing.T) {
 	}
 	results := map[string]float64{}
 	for _, res := range []string{resultContinued, resultFailed, resultRefused} {
-		results[res] = testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", res))
+		results[res] = testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", res, "false"))
 	}
 	if d := cmp.Diff(map[string]float64{resultContinued: 1, resultFailed: 0, resultRefused: 0}, results); d != "" {
 		t.Errorf("continuations (-want +got):\n%s", d)
@@ -228,7 +228,7 @@ func TestOneResultForAFailedContinuation(t *testing.T) {
 		t.Fatalf("answer %+v: want an error event", got)
 	}
 	for res, want := range map[string]float64{resultFailed: 1, resultRefused: 0, resultContinued: 0} {
-		if n := testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", res)); n != want {
+		if n := testutil.ToFloat64(r.s.metrics.continued.WithLabelValues("fast", res, "false")); n != want {
 			t.Errorf("%s = %v, want %v", res, n, want)
 		}
 	}

@@ -93,7 +93,12 @@ type call struct {
 	// continued counts continuations on another head, moved those made
 	// because the head drained; heads are the heads that served it.
 	continued, moved int
-	heads            []string
+	// restored counts the continuations sent to a head that restored the
+	// conversation's saved slot first; pause is the continuations' pauses
+	// (from the cut, or the head's drain, to the continuation sent).
+	restored int
+	pause    time.Duration
+	heads    []string
 	// What the answer says of itself: its tokens (usage, or a
 	// /completion's last event; a continued answer's as one answer), its
 	// finish reason ("error" for a head's error event); usageAsked is set
@@ -486,7 +491,7 @@ func (s *Server) finish(c *call) {
 	}
 	s.access.add(accessEntry{start: c.start, method: c.method, path: c.urlPath, status: c.status, tier: tier, model: model,
 		head: head, held: c.held, duration: s.now().Sub(c.start), bytesIn: c.size, bytesOut: c.bytesOut,
-		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, why: c.why,
+		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, restored: c.restored, pause: c.pause, why: c.why,
 		id: c.id, prompt: c.prompt, completion: c.completion, counted: c.counted})
 }
 

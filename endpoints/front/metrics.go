@@ -115,8 +115,8 @@ func NewMetrics() *Metrics {
 	m.inFlight = prometheus.NewDesc("llm_front_head_in_flight",
 		"Requests in flight through the front door per routed head (its address).", []string{"tier", "head"}, nil)
 	m.continued = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llm_front_continuations_total",
-		Help: "Streams cut before their end, by what the front door did: continued on another head, failed (no head of the model in time, or every head tried failed), refused (not continuable: why is in the access log)."},
-		[]string{"tier", "result"})
+		Help: "Streams cut before their end, by what the front door did: continued on another head, failed (no head of the model in time, or every head tried failed), refused (not continuable: why is in the access log); restored: the head it was continued on restored the conversation's saved KV cache first (slot_save_dir)."},
+		[]string{"tier", "result", "restored"})
 	m.pause = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "llm_front_continuation_pause_seconds",
 		Help:    "Time from a stream's cut (or its head's drain) to its continuation sent to another head.",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120}}, []string{"tier"})

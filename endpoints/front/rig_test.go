@@ -55,6 +55,8 @@ type testHead struct {
 	left      chan struct{} // closed by "block" (or a gated stream) when the client left
 	leftOnce  sync.Once
 	modelsDoc string // /v1/models answer; "" lists models in the OpenAI shape
+	// extra, when set, answers a request first (it reports whether it did).
+	extra func(w http.ResponseWriter, r *http.Request) bool
 }
 
 func newTestHead(t testing.TB, tier, job string, models ...string) *testHead {
@@ -117,6 +119,9 @@ func (c *textContent) UnmarshalJSON(b []byte) error {
 }
 
 func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
+	if h.extra != nil && h.extra(w, r) {
+		return
+	}
 	if r.URL.Path == "/v1/models" {
 		h.mu.Lock()
 		doc := h.modelsDoc

@@ -78,6 +78,7 @@ func (c *Config) plan(in PlanInput) (*Plan, error) {
 		}
 		p.Workers = append(p.Workers, w)
 	}
+	p.SlotSave = c.Head.SlotSave
 	if p.Head, err = c.head(in, p.Workers, vars, p.LogDir); err != nil {
 		return nil, err
 	}
@@ -219,8 +220,24 @@ func (c *Config) head(in PlanInput, workers []Process, base map[string]string, l
 		vars[phRPC] = rpcList(workers)
 		vars[phTensorSplit] = c.tensorSplit(in.Nodes, in.BatchNode, workers)
 	}
-	return proc, fillProcess(&proc, &c.Head, vars, logDir)
+	if err := fillProcess(&proc, &c.Head, vars, logDir); err != nil {
+		return proc, err
+	}
+	if c.Head.SlotSave.Dir != "" {
+		proc.Argv = append(proc.Argv, "--slot-save-path", c.Head.SlotSave.Dir)
+		// Real llama-server's /slots names a slot's prompt only with it
+		// (server-context.cpp:2407, FACTS.md Q12): the save keys by it.
+		if _, set := proc.Env[SlotsDebugEnv]; !set {
+			proc.Env[SlotsDebugEnv] = "1"
+		}
+	}
+	return proc, nil
 }
+
+// SlotsDebugEnv is set to 1 in the environment of a head that saves its
+// slots: without it llama-server's GET /slots leaves out each slot's
+// prompt, which keys the saved file.
+const SlotsDebugEnv = "LLAMA_SERVER_SLOTS_DEBUG"
 
 // withProcessVars copies base and adds a process's own placeholders.
 func withProcessVars(base map[string]string, p Process) map[string]string {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
@@ -485,4 +486,34 @@ func firstWorker(c *Config, in PlanInput) (Process, error) {
 		return Process{}, err
 	}
 	return p.Workers[0], nil
+}
+
+func TestPlanSlotSave(t *testing.T) {
+	src := strings.Replace(minimalSingle, `["llama-server", "--port", "{port}"]`, `["llama-server", "-m", "/m/a.gguf", "--port", "{port}"]`, 1) +
+		"slot_save_dir = \"/shared/kv\"\nslot_save_ttl = \"1h\"\nslot_save_max_bytes = \"20GiB\"\n"
+	c := mustParse(t, src)
+	got, err := c.Plan(PlanInput{JobID: "7", Nodes: []string{"n1"}, BatchNode: "n1", Addrs: map[string]string{"n1": "10.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"llama-server", "-m", "/m/a.gguf", "--port", "8080", "--slot-save-path", "/shared/kv"}, got.Head.Argv); d != "" {
+		t.Errorf("head argv (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff(map[string]string{SlotsDebugEnv: "1"}, got.Head.Env); d != "" {
+		t.Errorf("head env (-want +got):\n%s", d)
+	}
+	if n := (SlotSave{BytesPerToken: 10}).NeedBytes([]string{"llama-server", "-c", "8192"}); n != 81920 {
+		t.Errorf("NeedBytes = %d, want 10 × 8192", n)
+	}
+	if n := (SlotSave{BytesPerToken: 10}).NeedBytes([]string{"llama-server"}); n != 0 {
+		t.Errorf("NeedBytes without -c = %d, want 0 (unknown)", n)
+	}
+	if d := cmp.Diff(SlotSave{Dir: "/shared/kv", TTL: time.Hour, MaxBytes: 20 << 30}, got.SlotSave); d != "" {
+		t.Errorf("slot save (-want +got):\n%s", d)
+	}
+	without := Split(got.Kind, got.Timeouts, got.Drain, ShimMargin)
+	with := got.Split(ShimMargin)
+	if with.Save != without.InFlight*SaveShare/100 || with.InFlight+with.Save != without.InFlight {
+		t.Errorf("split with saves %+v, without %+v: the saves must take their share of the in-flight wait", with, without)
+	}
 }

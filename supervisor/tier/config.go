@@ -6,7 +6,10 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
+
+	"slurm-llm/endpoints/kvsave"
 )
 
 // Config is one tier's validated configuration, read from a TOML file by
@@ -70,6 +73,40 @@ type ProcessConfig struct {
 	LogFile string
 	// ReadyPattern (workers only) is output that means the worker listens.
 	ReadyPattern string
+	// SlotSave (head only) is where the head's slots are saved at the
+	// drain; the zero value saves nothing.
+	SlotSave SlotSave
+}
+
+// SlotSave is the head's slot saving: the [head] keys slot_save_dir,
+// slot_save_ttl and slot_save_max_bytes. The zero value is off.
+type SlotSave struct {
+	// Dir is the directory (absolute, on shared storage) given to
+	// llama-server as --slot-save-path; "" saves nothing.
+	Dir string
+	// TTL and MaxBytes bound what the directory keeps (kvsave.Bounds).
+	TTL      time.Duration
+	MaxBytes int64
+	// BytesPerToken is the KV cache's size per token of the head's model
+	// (slot_save_bytes_per_token; 0: unknown), for the check that the
+	// directory saves a full context within the drain's save share.
+	BytesPerToken int64
+}
+
+// NeedBytes is what saving every slot of a full context takes: bytes per
+// token times the head's -c (its slots share it); 0 when either is
+// unknown.
+func (s SlotSave) NeedBytes(headArgv []string) int64 {
+	for _, f := range kvsave.Flags(headArgv) {
+		if v, ok := strings.CutPrefix(f, "ctx="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return 0
+			}
+			return n * s.BytesPerToken
+		}
+	}
+	return 0
 }
 
 // Ways to find a node's address (Config.NodeAddress); anything else is a template.

@@ -157,6 +157,22 @@ var badConfigs = []struct {
 		want: []string{`t.toml:9: head.Port: unknown key`},
 	},
 	{
+		name: "slot save dir relative, and no model file",
+		src:  minimalSingle + "slot_save_dir = \"kv\"\n",
+		want: []string{`t.toml:9: head.slot_save_dir: must be an absolute path (got "kv")`,
+			`t.toml:9: head.slot_save_dir: the head's command names no model file (-m): slots are saved for a single-model head only`},
+	},
+	{
+		name: "slot save bounds without a directory",
+		src:  minimalSingle + "slot_save_ttl = \"1h\"\n",
+		want: []string{`t.toml:9: head.slot_save_ttl: needs head.slot_save_dir`},
+	},
+	{
+		name: "slot save dir in a worker",
+		src:  minimalDistributed + "slot_save_dir = \"/kv\"\n",
+		want: []string{`t.toml:13: worker.slot_save_dir: only allowed in [head]`},
+	},
+	{
 		name: "unknown table",
 		src:  minimalSingle + "\n[timeout]\nload = \"1m\"\n",
 		want: []string{`t.toml:10: timeout: unknown key`},

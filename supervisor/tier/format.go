@@ -77,8 +77,21 @@ func formatSettings(b *strings.Builder, p *Plan) {
 	if s.WorkerStop > 0 {
 		stop += fmt.Sprintf(", then the workers %s", s.WorkerStop)
 	}
+	if s.Save > 0 {
+		stop = fmt.Sprintf("save the head's slots up to %s, ", s.Save) + stop
+	}
 	fmt.Fprintf(b, "          from the stop notice: requests in flight up to %s, %s, last resort %s;\n"+
 		"          a shim holds Slurm's SIGTERM %s if the supervisor never says stop\n", s.InFlight, stop, s.Kill, s.ShimHold)
+	if ss := p.SlotSave; ss.Dir != "" {
+		fmt.Fprintf(b, "slots     saved at the drain into %s, kept %s, the directory bound to %d bytes (0: no bound)\n",
+			ss.Dir, ss.TTL, ss.MaxBytes)
+		if need := ss.NeedBytes(p.Head.Argv); need > 0 && s.Save > 0 {
+			fmt.Fprintf(b, "          a full context (%d bytes) saved within %s needs %.0f MB/s of the directory (doctor measures it)\n",
+				need, s.Save, float64(need)/s.Save.Seconds()/1e6)
+		} else {
+			fmt.Fprintf(b, "          set slot_save_bytes_per_token and -c to know the write speed a full context needs within %s\n", s.Save)
+		}
+	}
 }
 
 var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)

@@ -52,6 +52,9 @@ type Plan struct {
 	Drain       DrainSettings
 	// Srun is the srun binary to launch steps with ("srun" by default).
 	Srun string
+	// SlotSave is where the head's slots are saved at the drain (the
+	// head's argv then has --slot-save-path); zero: nothing is saved.
+	SlotSave SlotSave
 	// IdleNodes are nodes of the allocation that run nothing: the extra
 	// nodes of a single tier, and worker nodes left out of this run.
 	IdleNodes []string

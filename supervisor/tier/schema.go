@@ -65,6 +65,19 @@ func (d *decoder) process(p *ProcessConfig, role Role) tomlconf.Field {
 				misplaced[k] = "only allowed in [worker]"
 			}
 		}
+		headOnly := map[string]tomlconf.Field{
+			"slot_save_dir":             d.String(&p.SlotSave.Dir),
+			"slot_save_ttl":             d.Duration(&p.SlotSave.TTL),
+			"slot_save_max_bytes":       d.Bytes(&p.SlotSave.MaxBytes),
+			"slot_save_bytes_per_token": d.Int64(&p.SlotSave.BytesPerToken),
+		}
+		for k, f := range headOnly {
+			if role == RoleHead {
+				fields[k] = f
+			} else {
+				misplaced[k] = "only allowed in [head]"
+			}
+		}
 		d.Table(key, v, fields, misplaced)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"slurm-llm/endpoints/kvsave"
 )
 
 var (
@@ -199,6 +201,44 @@ func (d *decoder) validateProcess(c *Config, p *ProcessConfig, role Role) {
 		}
 	}
 	d.validateLogFile(key("log_file"), p.LogFile)
+	if role == RoleHead {
+		d.validateSlotSave(c, p)
+	}
+}
+
+// validateSlotSave checks the head's slot_save_* keys: an absolute
+// directory, bounds that are not negative, and a head that names its model
+// file (the saved slots' identity is read from it).
+func (d *decoder) validateSlotSave(c *Config, p *ProcessConfig) {
+	s := p.SlotSave
+	key := func(k string) toml.Key { return toml.Key{"head", k} }
+	if s.Dir == "" {
+		for _, k := range []string{"slot_save_ttl", "slot_save_max_bytes", "slot_save_bytes_per_token"} {
+			if d.defined("head", k) {
+				d.fail(key(k), "needs head.slot_save_dir")
+			}
+		}
+		return
+	}
+	if c.Elastic != nil {
+		d.fail(key("slot_save_dir"), "not for an elastic tier yet: its drain is its members'")
+		return
+	}
+	if !path.IsAbs(s.Dir) {
+		d.fail(key("slot_save_dir"), "must be an absolute path (got %q)", s.Dir)
+	}
+	if s.TTL < 0 {
+		d.fail(key("slot_save_ttl"), "must not be negative (got %s)", s.TTL)
+	}
+	if s.MaxBytes < 0 {
+		d.fail(key("slot_save_max_bytes"), "must not be negative")
+	}
+	if s.BytesPerToken < 0 {
+		d.fail(key("slot_save_bytes_per_token"), "must not be negative")
+	}
+	if kvsave.ModelPath(p.Command) == "" {
+		d.fail(key("slot_save_dir"), "the head's command names no model file (-m): slots are saved for a single-model head only")
+	}
 }
 
 // plural writes n and noun, with an s unless n is 1.

@@ -49,6 +49,9 @@ type Host struct {
 	ReadFile func(path string) ([]byte, error)
 	// Stat describes a path without following a final symlink.
 	Stat func(path string) Entry
+	// WriteSpeed measures how fast size bytes are written and synced in a
+	// directory (bytes/s); nil: not measured.
+	WriteSpeed func(dir string, size int64) (float64, error)
 }
 
 // Entry is what Stat saw at a path. Err is set (and nothing else) when it
@@ -73,7 +76,8 @@ const commandTimeout = 15 * time.Second
 // stat'ed from the file system; names come from lookup (uid → name,
 // gid → name), nil for numbers only.
 func NewHost(lookup func(uid, gid uint32) (string, string)) Host {
-	return Host{Run: runCommand, ReadFile: os.ReadFile, Stat: func(p string) Entry { return statPath(p, lookup) }}
+	return Host{Run: runCommand, ReadFile: os.ReadFile, Stat: func(p string) Entry { return statPath(p, lookup) },
+		WriteSpeed: measureWrite}
 }
 
 // runCommand runs c with commandTimeout, in its own process group (killed

@@ -63,6 +63,8 @@ type Node struct {
 	// HeadPorts are the heads' ports (nginx on the controller reaches
 	// them); RPCPorts the rpc-servers' (only the heads should).
 	HeadPorts, RPCPorts []int
+	// SlotSaves are the tiers' slot save directories ([head] slot_save_dir).
+	SlotSaves []SlotSave
 }
 
 // CheckNode gathers a node's facts and checks them, in the report's
@@ -83,6 +85,13 @@ func CheckNode(ctx context.Context, h Host, n Node) []Result {
 	}
 	for _, d := range uniqStrings(n.LogDirs) {
 		rs = append(rs, CheckDir(Dir{Path: d, Role: "log_dir", Owner: "slurm-llm"}, h.Stat(d)))
+	}
+	for _, s := range n.SlotSaves {
+		if h.WriteSpeed == nil {
+			continue
+		}
+		speed, err := h.WriteSpeed(s.Dir, WriteProbeBytes)
+		rs = append(rs, CheckSlotSaveSpeed(s, speed, err))
 	}
 	return rs
 }
