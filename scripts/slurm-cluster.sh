@@ -300,14 +300,22 @@ wait_alive() {
 # inherited descriptors) long after the caller had gone.
 no_inherited_fds() {
 	(
-		local f fd
-		for f in /proc/"$BASHPID"/fd/*; do
-			fd=${f##*/}
-			((fd > 2)) || continue
-			exec {fd}>&-
-		done
+		close_inherited_fds
 		exec "$@"
 	)
+}
+
+# close_inherited_fds: close every descriptor of this shell but 0, 1 and 2. For a daemon started
+# in the background, call it in the `( ... ) &` subshell that then execs the daemon: run as
+# `no_inherited_fds CMD &`, the background subshell that waits for no_inherited_fds' own subshell
+# kept the caller's descriptors (the lock) as long as the daemon ran (mariadbd held it for ever).
+close_inherited_fds() {
+	local f fd
+	for f in /proc/"$BASHPID"/fd/*; do
+		fd=${f##*/}
+		((fd > 2)) || continue
+		exec {fd}>&-
+	done
 }
 
 # remember NAME PIDFILE: record that `up` started this daemon, so `down` stops only ours.
@@ -793,8 +801,11 @@ start_mariadb() {
 		rm -f {"",$SLURM_ROOT}/var/spool/slurmctld{,-netns}/clustername
 	fi
 	log "starting mariadbd (127.0.0.1:$DB_PORT)"
-	no_inherited_fds setsid /usr/sbin/mariadbd "${DB_OPTS[@]}" "--socket=$DB_SOCK" "--pid-file=$DB_PID" \
-		--bind-address=127.0.0.1 "--port=$DB_PORT" "--log-error=$DB_LOG" </dev/null >>"$DB_LOG" 2>&1 &
+	(
+		close_inherited_fds
+		exec setsid /usr/sbin/mariadbd "${DB_OPTS[@]}" "--socket=$DB_SOCK" "--pid-file=$DB_PID" \
+			--bind-address=127.0.0.1 "--port=$DB_PORT" "--log-error=$DB_LOG"
+	) </dev/null >>"$DB_LOG" 2>&1 &
 	wait_alive mariadbd "$DB_PID" 'mariadbd' "$DB_LOG"
 	remember mariadbd "$DB_PID"
 	deadline=$((SECONDS + WAIT_SECONDS))
