@@ -161,6 +161,7 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 	cancel()
 	sctx, stop := context.WithTimeout(context.Background(), frontShutdownGrace)
 	defer stop()
+	fd.StopFeeds() // the held /models/sse feeds end now, not at the grace
 	_ = srv.Shutdown(sctx)
 	fd.Close() // the access lines still queued
 	if err != nil {

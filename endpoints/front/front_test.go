@@ -89,7 +89,7 @@ func TestModelsListsEveryRoutedHeadOnceWithItsTier(t *testing.T) {
 		v, _ := st["value"].(string)
 		got = append(got, row{d["id"].(string), d["tier"].(string), v})
 	}
-	want := []row{{"qwen-a", "fast", "loaded"}, {"qwen-b", "fast", "failed"}, {"OR1-Behemoth", "reasoning", ""}}
+	want := []row{{"qwen-a", "fast", "loaded"}, {"qwen-b", "fast", "failed"}, {"OR1-Behemoth", "reasoning", "loaded"}} // a model-mode head's model: loaded
 	if d := cmp.Diff(want, got); d != "" || doc.Object != "list" {
 		t.Errorf("/v1/models (-want +got):\n%s", d)
 	}

@@ -161,6 +161,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == streamsLookupPath || path == streamPath:
 		s.answerNoStreams(w, c)
 		return
+	case path == modelsFeedPath && pinned == "":
+		s.serveModelsFeed(w, r, c)
+		return
 	case pinned == "" && s.isPrefix(path):
 		// A tier's prefix without its slash ("/reasoning"): its UI is at "/reasoning/".
 		http.Redirect(w, r, path+"/", http.StatusMovedPermanently)

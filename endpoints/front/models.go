@@ -93,6 +93,11 @@ func mergedModels(t *table, tierOf func(string) string, only string) []byte {
 		}
 		e := maps.Clone(entry)
 		e["tier"], _ = json.Marshal(tier)
+		if _, ok := e["status"]; !ok {
+			// A routed head's model is loaded (a router's entries say
+			// their own): llama-server's web UI lists it as a router's.
+			e["status"] = json.RawMessage(`{"value":"loaded"}`)
+		}
 		prev, seen := out[id]
 		if !seen {
 			order = append(order, id)

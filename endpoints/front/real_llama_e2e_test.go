@@ -36,9 +36,9 @@ type realServer struct {
 	alias string
 }
 
-// startRealServer starts llama-server with the lane's model and args, and
-// waits until /health answers 200.
-func startRealServer(t *testing.T, args ...string) *realServer {
+// startRealServer starts llama-server with the lane's model under alias,
+// with args, and waits until /health answers 200.
+func startRealServer(t *testing.T, alias string, args ...string) *realServer {
 	t.Helper()
 	bin, model := os.Getenv("LLAMA_BIN"), os.Getenv("LLAMA_MODEL")
 	if model == "" {
@@ -57,7 +57,7 @@ func startRealServer(t *testing.T, args ...string) *realServer {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	s := &realServer{addr: "127.0.0.1:" + strconv.Itoa(port), alias: "tiny"}
+	s := &realServer{addr: "127.0.0.1:" + strconv.Itoa(port), alias: alias}
 	argv := append([]string{"-m", model, "--host", "127.0.0.1", "--port", strconv.Itoa(port), "--alias", s.alias,
 		"-c", "2048", "-np", "2", "--metrics", "--no-warmup"}, args...)
 	cmd := exec.Command(exe, argv...)
@@ -114,7 +114,7 @@ func (r *rig) routeReal(s *realServer) {
 // model's metadata (token ids 100, 101, 102 of its vocabulary), as a
 // FIM-capable model has them.
 func TestE2ERealLlamaCodeCompletion(t *testing.T) {
-	s := startRealServer(t, "--override-kv", "tokenizer.ggml.fim_pre_token_id=int:100",
+	s := startRealServer(t, "tiny", "--override-kv", "tokenizer.ggml.fim_pre_token_id=int:100",
 		"--override-kv", "tokenizer.ggml.fim_suf_token_id=int:101",
 		"--override-kv", "tokenizer.ggml.fim_mid_token_id=int:102")
 	for _, path := range []string{"/completion", "/completions", "/infill"} {
@@ -178,28 +178,39 @@ func realPredicted(t *testing.T, answer string, stream bool) int {
 
 // TestE2ERealLlamaWebUI: llama-server's own chat UI (the build's, tools/ui)
 // opened through the front door in a real browser (headless Chromium),
-// used as a person uses it: the page loads with every file it asks (none
-// answered 404 or 5xx: the files llama-server registers change from build
-// to build, FACTS.md Q11), the server's features it asks for and the front
-// door refuses (/tools) are answered as a head with them off answers, a
-// message typed and sent gets its answer on the page. A screenshot is
-// saved as an artifact; the test reads the answers and the text.
+// used as a person uses it, with two tiers each served by a real
+// llama-server: the page at the root URL loads with every file it asks
+// (none answered 404 or 5xx: the files llama-server registers change from
+// build to build, FACTS.md Q11), takes the front door for llama-server's
+// router (it asks /models/sse), lists both tiers' models in its picker;
+// the person picks the reasoning tier's model, and the message reaches
+// that tier's head and its answer shows. The server's features it asks
+// for and the front door refuses (/tools) are answered as a head with them
+// off answers. A screenshot is saved as an artifact; the test reads the
+// answers and the text.
 func TestE2ERealLlamaWebUI(t *testing.T) {
 	browser := fronttest.NeedBrowser(t)
-	s := startRealServer(t, "-n", "12")
+	fast := startRealServer(t, "tiny-fast", "-n", "12")
+	reasoning := startRealServer(t, "tiny-reasoning", "-n", "12")
 	r := newRig(t, nil)
-	r.routeReal(s)
+	now := time.Now()
+	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
+	addHead(&rep, "fast", "1", fast.addr, []string{fast.alias}, now)
+	addHead(&rep, "reasoning", "2", reasoning.addr, []string{reasoning.alias}, now)
+	rep.Views = []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted},
+		{Tier: "reasoning", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}
+	r.s.Update(rep)
 	artifacts := filepath.Join(os.TempDir(), "slurm-llm-artifacts")
 	if err := os.MkdirAll(artifacts, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(artifacts, "real-webui.png")
-	got, err := browser.Use(r.srv.URL+"/", "hello from a browser", shot)
-	t.Logf("title %q, answers %v, errors %v (screenshot %s)", got.Title, got.Responses, got.Errors, shot)
+	got, err := browser.Use(r.srv.URL+"/", reasoning.alias, "hello from a browser", shot)
+	t.Logf("answers %v, errors %v (screenshot %s)", got.Responses, got.Errors, shot)
 	if err != nil {
-		t.Fatalf("the page: %v", err)
+		t.Fatalf("the page: %v (the picker showed %q)", err, got.Listed)
 	}
-	chat := false
+	chat, feed := false, false
 	for _, line := range got.Responses {
 		f := strings.Fields(line)
 		code, _ := strconv.Atoi(f[len(f)-1])
@@ -208,13 +219,27 @@ func TestE2ERealLlamaWebUI(t *testing.T) {
 			t.Errorf("the page got %s", line)
 		case line == "POST /v1/chat/completions 200":
 			chat = true
+		case line == "GET /models/sse 200":
+			feed = true
 		}
 	}
 	if !chat {
 		t.Errorf("the page's chat request was not answered 200; the access log:\n%s", r.accessLog())
 	}
-	if !strings.Contains(got.Text, "hello from a browser") || !strings.Contains(got.Text, s.alias) {
-		t.Errorf("the page does not show the message and the model %q:\n%s", s.alias, got.Text)
+	if !feed {
+		t.Errorf("the page did not take the front door for a router (no /models/sse)")
+	}
+	if !strings.Contains(got.Listed, fast.alias) || !strings.Contains(got.Listed, reasoning.alias) {
+		t.Errorf("the picker does not list both tiers' models:\n%s", got.Listed)
+	}
+	if got.ChatModel != reasoning.alias {
+		t.Errorf("the chat request named %q; want the model picked, %q", got.ChatModel, reasoning.alias)
+	}
+	if log := r.accessLog(); !strings.Contains(log, `path="/v1/chat/completions" status=200 tier=reasoning`) {
+		t.Errorf("the chat did not reach the reasoning tier:\n%s", log)
+	}
+	if !strings.Contains(got.Text, "hello from a browser") {
+		t.Errorf("the page does not show the message:\n%s", got.Text)
 	}
 	if st, err := os.Stat(shot); err != nil || st.Size() == 0 {
 		t.Errorf("no screenshot at %s: %v", shot, err)

@@ -50,6 +50,9 @@ type Server struct {
 	// bodyBytes counts the request bodies held now (max_body_bytes_in_flight).
 	access    *accessLog
 	bodyBytes atomic.Int64
+	// feedsDone ends the held /models/sse feeds (StopFeeds).
+	feedsDone chan struct{}
+	stopFeeds sync.Once
 	// polled is signalled after a table with new heads, so their models
 	// are read at once rather than at the next refresh.
 	polled chan struct{}
@@ -86,7 +89,7 @@ func New(cfg Config, opts Options) *Server {
 	if opts.Transport == nil {
 		opts.Transport = headTransport(cfg.ConnectTimeout)
 	}
-	s := &Server{opts: opts, log: opts.Log, metrics: opts.Metrics, polled: make(chan struct{}, 1),
+	s := &Server{opts: opts, log: opts.Log, metrics: opts.Metrics, polled: make(chan struct{}, 1), feedsDone: make(chan struct{}),
 		heads: map[string]*head{}, learned: map[string]string{}, reasonSince: map[string]time.Time{}, reason: map[string]string{}}
 	s.cfg.Store(&cfg)
 	heads := func() []*head { return s.tab.Load().allHeads() }

@@ -144,6 +144,11 @@ func (s *Server) serveUI(w http.ResponseWriter, r *http.Request, c *call, pinned
 	tier := pinned
 	if tier == "" {
 		tier = s.uiTier()
+		if m := r.URL.Query().Get("model"); m != "" && c.path == "/props" {
+			if t, _ := s.resolve(m); t != "" {
+				tier = t // a router's /props?model=: that model's head answers
+			}
+		}
 	}
 	h := s.uiHead(tier)
 	if h == nil {
@@ -175,6 +180,10 @@ func (s *Server) serveUI(w http.ResponseWriter, r *http.Request, c *call, pinned
 	defer resp.Body.Close()
 	if c.path == "/slots" && resp.StatusCode == http.StatusOK {
 		s.answerSlots(w, c, resp)
+		return
+	}
+	if c.path == "/props" && pinned == "" && r.URL.Query().Get("model") == "" && resp.StatusCode == http.StatusOK {
+		s.answerRouterProps(w, c, h, resp)
 		return
 	}
 	for _, k := range uiAnswerHeaders {
@@ -236,3 +245,67 @@ func (s *Server) uiUnavailable(w http.ResponseWriter, c *call) {
 	n, _ := io.WriteString(w, page)
 	c.status, c.bytesOut, c.outcome, c.why = http.StatusServiceUnavailable, int64(n), OutcomeRejected, "no head is routed for the web UI"
 }
+
+// The page at the root URL reaches every tier's model: the front door
+// presents itself to it as llama-server's router does (FACTS.md Q11): its
+// /props says "role": "router", so the page lists /v1/models (the merged
+// list, each model "loaded" while a head of its tier is routed) for the
+// user to pick from, asks /props?model= of each (answered by a head of
+// that model's tier) and names the model in its chat requests, which the
+// front door routes by model as every client's. /models/sse, the router's
+// feed of model status changes, is held open with nothing to say: the
+// list is read again when the page asks. Under a tier's prefix the page
+// is that tier's llama-server's, in its own (model) mode.
+
+// maxPropsBody bounds a head's /props answer read to rewrite it.
+const maxPropsBody = 4 << 20
+
+// answerRouterProps passes on a head's /props with "role": "router".
+func (s *Server) answerRouterProps(w http.ResponseWriter, c *call, h *head, resp *http.Response) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxPropsBody))
+	var doc map[string]json.RawMessage
+	if err != nil || json.Unmarshal(b, &doc) != nil || doc == nil {
+		s.uiUnavailable(w, c)
+		return
+	}
+	doc["role"] = json.RawMessage(`"router"`)
+	out, _ := json.Marshal(doc)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set(TierHeader, h.tier)
+	s.answer(w, c, http.StatusOK, out)
+}
+
+// modelsFeedPath is the router's feed of model status changes.
+const modelsFeedPath = "/models/sse"
+
+// modelsFeedHold is how long the feed is held before it ends (the page
+// opens it again a second later): a bound on what one page holds.
+var modelsFeedHold = 10 * time.Minute
+
+// serveModelsFeed holds the feed open, saying nothing, until the page
+// leaves, modelsFeedHold passes or the front door stops its feeds
+// (StopFeeds, before its listeners shut down).
+func (s *Server) serveModelsFeed(w http.ResponseWriter, r *http.Request, c *call) {
+	if r.Method != http.MethodGet {
+		s.reject(w, c, http.StatusMethodNotAllowed, "invalid_request_error", "use GET", nil)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	n, _ := io.WriteString(w, ": the front door's models; the list is read again from /v1/models\n\n")
+	_ = http.NewResponseController(w).Flush()
+	c.status, c.bytesOut, c.outcome = http.StatusOK, int64(n), OutcomeAnswered
+	hold := time.NewTimer(modelsFeedHold)
+	defer hold.Stop()
+	select {
+	case <-r.Context().Done():
+	case <-hold.C:
+	case <-s.feedsDone:
+	}
+}
+
+// StopFeeds ends the held /models/sse feeds, so that the listeners shut
+// down at once; call it before them. Safe to call more than once.
+func (s *Server) StopFeeds() { s.stopFeeds.Do(func() { close(s.feedsDone) }) }

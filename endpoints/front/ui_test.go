@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // uiHead is a test head that serves a page naming its tier, /props and a
@@ -163,4 +164,66 @@ func TestUIPathsOfRealBuilds(t *testing.T) {
 			t.Errorf("%s %s: %d %s; want %d %s", c.method, c.path, resp.StatusCode, b, c.code, c.body)
 		}
 	}
+}
+
+// TestRootPageIsARouter (issue 37): the page at the root URL reaches every
+// tier's model, as llama-server's own UI does with its router: /props at
+// the root says "role": "router" (the rest as the UI tier's head gave it),
+// /props?model= is answered by a head of that model's tier, /v1/models
+// says each routed model is loaded, /models/sse is held open (200, an
+// event stream) until the page leaves or the front door stops its feeds;
+// under a tier's prefix the page is that tier's, its /props untouched.
+func TestRootPageIsARouter(t *testing.T) {
+	r := newRig(t, func(c *Config) {
+		ft := c.Tiers["reasoning"]
+		ft.Prefix = "/reasoning"
+		c.Tiers["reasoning"] = ft
+	})
+	r.route(nil, uiHead(t, "fast", "1", "qwen-a"), uiHead(t, "reasoning", "2", "OR1-Behemoth"))
+	get := func(path string) (int, http.Header, string) {
+		t.Helper()
+		resp, err := http.Get(r.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	for _, tc := range []struct{ path, want, not, tier string }{
+		{"/props", `"role":"router"`, "", "fast"},
+		{"/props?model=OR1-Behemoth&autoload=false", `"model_path":"OR1-Behemoth"`, `"router"`, "reasoning"},
+		{"/props?model=qwen-a", `"model_path":"qwen-a"`, `"router"`, "fast"},
+		{"/reasoning/props", `"model_path":"OR1-Behemoth"`, `"router"`, "reasoning"},
+	} {
+		code, hdr, body := get(tc.path)
+		if code != 200 || !strings.Contains(body, tc.want) || tc.not != "" && strings.Contains(body, tc.not) || hdr.Get(TierHeader) != tc.tier {
+			t.Errorf("%s: %d %s from %q; want %s from %s", tc.path, code, body, hdr.Get(TierHeader), tc.want, tc.tier)
+		}
+	}
+	if _, _, body := get("/props"); !strings.Contains(body, `"model_path":"qwen-a"`) || !strings.Contains(body, `"total_slots":2`) {
+		t.Errorf("/props at the root lost the head's fields: %s", body)
+	}
+	if _, _, body := get("/v1/models"); strings.Count(body, `"status":{"value":"loaded"}`) != 2 {
+		t.Errorf("/v1/models: %s; want both models loaded", body)
+	}
+	resp, err := http.Get(r.srv.URL + "/models/sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("/models/sse: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.ReadAll(resp.Body); ended <- err }()
+	r.s.StopFeeds()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("the feed ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the feed was still open 10 s after StopFeeds")
+	}
+	resp.Body.Close()
 }

@@ -146,15 +146,22 @@ type PageUse struct {
 	Title     string   `json:"title"`
 	Responses []string `json:"responses"`
 	Errors    []string `json:"errors"`
+	Listed    string   `json:"listed"`
+	ChatModel string   `json:"chatModel"`
 	Text      string   `json:"text"`
 	Error     string   `json:"error"`
 }
 
-// Use opens url, sends message through the page's message box, waits for
-// the answer, and saves a screenshot at shot.
-func (b *Browser) Use(url, message, shot string) (PageUse, error) {
+// Use opens url, picks model in the page's model picker (unless ""),
+// sends message through its message box, waits for the answer, and saves
+// a screenshot at shot.
+func (b *Browser) Use(url, model, message, shot string) (PageUse, error) {
 	var pu PageUse
-	if err := b.run(b.probe, &pu, url, message, shot); err != nil {
+	args := []string{url, message, shot}
+	if model != "" {
+		args = append(args, model)
+	}
+	if err := b.run(b.probe, &pu, args...); err != nil {
 		return pu, err
 	}
 	if pu.Error != "" {
