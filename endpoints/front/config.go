@@ -117,9 +117,19 @@ type TierConfig struct {
 	// client may ask for another, at most HoldMax).
 	Hold time.Duration
 	// MaxHeld and MaxHeldBytes bound the requests held at once (their
-	// bodies' bytes); past them a request gets its 503 at once.
+	// bodies' bytes); past them a request goes to the least loaded head
+	// serving its model, whose own queue takes it, or, with none, gets
+	// its 503 at once.
 	MaxHeld      int
 	MaxHeldBytes int64
+	// HeadQueue is how many requests beyond its slots the front door
+	// keeps waiting in each head's own queue, so that llama-server takes
+	// one the moment a slot frees, in the loop that freed it (held in the
+	// front door, the next would reach the head only a round trip after
+	// the answer that freed the slot reached the front door): -1 (the
+	// default) as many as the head has slots, 0 none. Only the requests
+	// past them wait in the front door in fair-share order.
+	HeadQueue int
 	// Models are model names the tier serves, known before any head of it
 	// is seen (after a restart of the front door while the tier is down,
 	// a request for them is held or answered 503, not 404).
@@ -143,7 +153,7 @@ type TierConfig struct {
 
 // DefaultTier is a tier's front-door settings when [front.tiers.NAME]
 // leaves them out.
-var DefaultTier = TierConfig{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20, Continue: true}
+var DefaultTier = TierConfig{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20, HeadQueue: -1, Continue: true}
 
 var defaultConfig = Config{
 	MaxHeaderBytes:    64 << 10,
@@ -224,6 +234,7 @@ func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
 					"hold":           d.Duration(&ft.Hold),
 					"max_held":       d.Int(&ft.MaxHeld),
 					"max_held_bytes": d.Bytes(&ft.MaxHeldBytes),
+					"head_queue":     d.Int(&ft.HeadQueue),
 					"models":         d.Strings(&ft.Models),
 					"backup_model":   d.String(&ft.BackupModel),
 					"continue":       d.Bool(&ft.Continue),
@@ -311,6 +322,9 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 		}
 		if ft.MaxHeldBytes < 0 {
 			d.Invalid(append(key, "max_held_bytes"), "want 0 or more")
+		}
+		if ft.HeadQueue < -1 || ft.HeadQueue > 1024 {
+			d.Invalid(append(key, "head_queue"), "want -1 (as many as the head's slots) or 0 to 1024")
 		}
 		for _, m := range ft.Models {
 			if !endpoints.PrintableName(m) {

@@ -266,7 +266,7 @@ func (sh *slotHead) seen() []string {
 // requests outstanding and bob sends one after them; when a slot frees,
 // bob's goes next, not after alice's queue (llama-server's FIFO).
 func TestBusyTierIsSharedFairly(t *testing.T) {
-	k := newKeyedRig(t, nil, "alice", "bob")
+	k := newKeyedRig(t, noHeadQueue, "alice", "bob")
 	sh := newSlotHead(t, 2)
 	k.route(nil, sh.testHead)
 	k.s.poller.pollAll(t.Context(), k.s.tab.Load().allHeads())
