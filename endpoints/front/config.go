@@ -61,6 +61,12 @@ type Config struct {
 	// ModelsRefresh is how often each routed head's /v1/models is read
 	// (the models it lists and, in router mode, their status).
 	ModelsRefresh time.Duration
+	// LoadRefresh is how often a head whose slots the front door's
+	// requests fill is asked what it really has (its /metrics'
+	// requests_processing and requests_deferred, or its /slots), so that
+	// requests that reached it another way (nginx's ports) are counted
+	// (load.go).
+	LoadRefresh time.Duration
 	// AccessLog is where one line per request goes: "-" standard error
 	// (the journal), "" nowhere, else a file path (appended).
 	AccessLog string
@@ -126,9 +132,10 @@ type TierConfig struct {
 	// keeps waiting in each head's own queue, so that llama-server takes
 	// one the moment a slot frees, in the loop that freed it (held in the
 	// front door, the next would reach the head only a round trip after
-	// the answer that freed the slot reached the front door): -1 (the
-	// default) as many as the head has slots, 0 none. Only the requests
-	// past them wait in the front door in fair-share order.
+	// the answer that freed the slot reached the front door): 0 (the
+	// zero value, the default) as many as the head has slots, -1 none.
+	// Only the requests past them wait in the front door in fair-share
+	// order.
 	HeadQueue int
 	// Models are model names the tier serves, known before any head of it
 	// is seen (after a restart of the front door while the tier is down,
@@ -153,7 +160,7 @@ type TierConfig struct {
 
 // DefaultTier is a tier's front-door settings when [front.tiers.NAME]
 // leaves them out.
-var DefaultTier = TierConfig{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20, HeadQueue: -1, Continue: true}
+var DefaultTier = TierConfig{Hold: 30 * time.Second, MaxHeld: 256, MaxHeldBytes: 64 << 20, Continue: true}
 
 var defaultConfig = Config{
 	MaxHeaderBytes:    64 << 10,
@@ -167,6 +174,7 @@ var defaultConfig = Config{
 	HoldMax:           10 * time.Minute,
 	HoldUnknown:       15 * time.Second,
 	ModelsRefresh:     2 * time.Second,
+	LoadRefresh:       100 * time.Millisecond,
 	AccessLog:         "-",
 	MaxContinuations:  3,
 
@@ -218,6 +226,7 @@ func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
 		"hold_max":                 d.Duration(&f.HoldMax),
 		"hold_unknown":             d.Duration(&f.HoldUnknown),
 		"models_refresh":           d.Duration(&f.ModelsRefresh),
+		"load_refresh":             d.Duration(&f.LoadRefresh),
 		"access_log":               d.String(&f.AccessLog),
 		"aliases":                  d.StringMap(&f.Aliases),
 		"default_model":            d.String(&f.DefaultModel),
@@ -270,7 +279,7 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 	}
 	for key, v := range map[string]time.Duration{"read_header_timeout": f.ReadHeaderTimeout, "read_timeout": f.ReadTimeout,
 		"idle_timeout": f.IdleTimeout, "write_timeout": f.WriteTimeout, "connect_timeout": f.ConnectTimeout,
-		"fail_timeout": f.FailTimeout, "hold_max": f.HoldMax, "models_refresh": f.ModelsRefresh} {
+		"fail_timeout": f.FailTimeout, "hold_max": f.HoldMax, "models_refresh": f.ModelsRefresh, "load_refresh": f.LoadRefresh} {
 		if v <= 0 {
 			d.Invalid(toml.Key{"front", key}, "want a positive duration")
 		}
@@ -324,7 +333,7 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 			d.Invalid(append(key, "max_held_bytes"), "want 0 or more")
 		}
 		if ft.HeadQueue < -1 || ft.HeadQueue > 1024 {
-			d.Invalid(append(key, "head_queue"), "want -1 (as many as the head's slots) or 0 to 1024")
+			d.Invalid(append(key, "head_queue"), "want 0 (as many as the head's slots), -1 (none) or 1 to 1024")
 		}
 		for _, m := range ft.Models {
 			if !endpoints.PrintableName(m) {

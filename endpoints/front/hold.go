@@ -368,7 +368,7 @@ func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, 
 		}
 		failed := h.failedModel(model)
 		if best == nil || (bestFailed && !failed) ||
-			(failed == bestFailed && h.inFlight.Load() < best.inFlight.Load()) {
+			(failed == bestFailed && h.load() < best.load()) {
 			best, bestFailed = h, failed
 		}
 	}

@@ -110,7 +110,7 @@ func TestBackupStreamIsReadLikeAnyOther(t *testing.T) {
 func TestFreeHeadIsNotBehindAnotherModelsQueue(t *testing.T) {
 	r := newRig(t, func(c *Config) {
 		ft := DefaultTier
-		ft.MaxHeld, ft.HeadQueue = 1, 0
+		ft.MaxHeld, ft.HeadQueue = 1, -1
 		c.Tiers["fast"] = ft
 	})
 	a := newTestHead(t, "fast", "1", "model-a")
@@ -187,7 +187,7 @@ func TestCORSHeadersSurviveAHeads1xx(t *testing.T) {
 func TestBusyModelExtendsAnEarlierHold(t *testing.T) {
 	r := newRig(t, func(c *Config) {
 		ft := DefaultTier
-		ft.Hold, ft.HeadQueue = 300*time.Millisecond, 0
+		ft.Hold, ft.HeadQueue = 300*time.Millisecond, -1
 		c.Tiers["fast"] = ft
 	})
 	sh := newSlotHead(t, 1)
@@ -367,7 +367,7 @@ func TestAliasUnderAPrefixIsRewritten(t *testing.T) {
 func TestPastMaxHeldGoesToTheHeadsQueue(t *testing.T) {
 	r := newRig(t, func(c *Config) {
 		ft := DefaultTier
-		ft.MaxHeld, ft.HeadQueue = 1, 0
+		ft.MaxHeld, ft.HeadQueue = 1, -1
 		c.Tiers["fast"] = ft
 	})
 	sh := newSlotHead(t, 1)

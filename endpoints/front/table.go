@@ -41,8 +41,8 @@ type head struct {
 }
 
 // capacity is how many requests through the front door h takes now: its
-// slots; extra more waiting in its own queue (a negative extra is as many
-// as its slots), so that a freed slot is taken in the head's own loop
+// slots; extra more waiting in its own queue (0 is as many as its slots,
+// negative none), so that a freed slot is taken in the head's own loop
 // rather than after a round trip through the front door; and as many more
 // as reached it another way, so that the front door's requests stand in
 // the head's first-come first-served queue as many as the others' do. 0
@@ -52,8 +52,11 @@ func (h *head) capacity(extra int64) int64 {
 	if n <= 0 {
 		return 0
 	}
-	if extra < 0 {
+	switch {
+	case extra == 0:
 		extra = n
+	case extra < 0:
+		extra = 0
 	}
 	return n + extra + h.others.Load()
 }

@@ -221,6 +221,9 @@ type slotHead struct {
 	release chan struct{}
 	mu      sync.Mutex
 	order   []string
+	// metrics, when set, is its /metrics answer (else 501, as
+	// llama-server without --metrics).
+	metrics string
 }
 
 func newSlotHead(t *testing.T, n int) *slotHead {
@@ -238,6 +241,16 @@ func newSlotHead(t *testing.T, n int) *slotHead {
 		case "/v1/models":
 			io.WriteString(w, `{"object":"list","data":[{"id":"qwen-a","object":"model"}]}`)
 			return
+		case "/metrics":
+			sh.mu.Lock()
+			m := sh.metrics
+			sh.mu.Unlock()
+			if m == "" {
+				http.Error(w, `{"error":{"code":501}}`, http.StatusNotImplemented)
+				return
+			}
+			io.WriteString(w, m)
+			return
 		}
 		var req chatReq
 		_ = json.NewDecoder(r.Body).Decode(&req)
@@ -254,6 +267,14 @@ func newSlotHead(t *testing.T, n int) *slotHead {
 	}))
 	t.Cleanup(sh.srv.Close)
 	return sh
+}
+
+// setMetrics sets its /metrics to say it has processing and deferred
+// requests.
+func (sh *slotHead) setMetrics(processing, deferred int) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.metrics = fmt.Sprintf("# HELP llamacpp:requests_processing Number of requests processing\n# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n# HELP llamacpp:requests_deferred Number of requests deferred\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred %d\n", processing, deferred)
 }
 
 func (sh *slotHead) seen() []string {
