@@ -330,3 +330,38 @@ func TestBusyTierIsSharedFairly(t *testing.T) {
 		t.Errorf("the head saw %v", got)
 	}
 }
+
+// TestFairShareBehindTheHeadQueue: with the default head_queue a head of
+// 2 slots takes 4 of alice's 8 requests (2 in its slots, 2 in its own
+// queue) and the front door holds the rest; bob's request, sent after
+// them, is the next to reach the head once one of alice's ends: behind
+// the head's own queue, never behind alice's whole backlog.
+func TestFairShareBehindTheHeadQueue(t *testing.T) {
+	k := newKeyedRig(t, nil, "alice", "bob")
+	sh := newSlotHead(t, 2)
+	k.route(nil, sh.testHead)
+	k.s.poller.pollAll(t.Context(), k.s.tab.Load().allHeads())
+	var wg sync.WaitGroup
+	send := func(user, tag string) {
+		wg.Add(1)
+		go func() { defer wg.Done(); k.as(user, "qwen-a", tag) }()
+	}
+	for i := range 8 {
+		send("alice", fmt.Sprint("a", i))
+		if i < 4 {
+			waitFor(t, "alice's request at the head", func() bool { return len(sh.seen()) == i+1 })
+		}
+	}
+	waitFor(t, "alice's 4 waiting", func() bool { return k.held("fast") == 4 })
+	send("bob", "b0")
+	waitFor(t, "bob's waiting", func() bool { return k.held("fast") == 5 })
+	sh.release <- struct{}{}
+	waitFor(t, "the next request at the head", func() bool { return len(sh.seen()) == 5 })
+	if got := sh.seen()[4]; got != "b0" {
+		t.Errorf("the head's queue took %q, want bob's b0 (order %v)", got, sh.seen())
+	}
+	for range 9 {
+		sh.release <- struct{}{}
+	}
+	wg.Wait()
+}
