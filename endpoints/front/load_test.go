@@ -84,6 +84,11 @@ func TestOthersOnTheHeadLetMoreIn(t *testing.T) {
 	if got := h.others.Load(); got != 2 {
 		t.Errorf("others %d, want 2", got)
 	}
+	for _, ts := range r.s.Status().Tiers {
+		if ts.Tier == "fast" && (len(ts.Heads) != 1 || ts.Heads[0].Slots != 1 || ts.Heads[0].Others != 2) {
+			t.Errorf("/status heads %+v, want slots 1, others 2", ts.Heads)
+		}
+	}
 	waitFor(t, "r1 and r2 at the head", func() bool { return len(sh.seen()) == 3 && r.held("fast") == 0 })
 	sh.setMetrics(3, 0) // nginx's are gone; the head has the front door's three
 	r.s.pollLoads(t.Context())
