@@ -70,6 +70,14 @@ func startBusyHead(b *testing.B, w *benchWorld, np int) busyHead {
 		cmd := exec.Command(filepath.Join(bin, "llama-server"), "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 			"-m", model, "--alias", "tiny", "-np", strconv.Itoa(np), "-c", strconv.Itoa(512*np), "--metrics", "--no-webui")
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+bin)
+		if path := os.Getenv("BENCH_BUSY_HEAD_LOG"); path != "" { // its log (timestamps, slot launch and release)
+			f, err := os.Create(fmt.Sprintf("%s.np%d", path, np))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { f.Close() })
+			cmd.Stdout, cmd.Stderr = f, f
+		}
 		startCmd(b, cmd)
 	} else {
 		// 1 ms a token: a 1-token answer in about 1 ms, as the real tiny
@@ -220,7 +228,11 @@ func busyDoors(b *testing.B, w *benchWorld) (urls map[string]string, keys []stri
 // nginx and through the front door with fair share; then 16 clients
 // through nginx and 16 through the front door (fair share on) at once on
 // the one head: each one's share of the answers, and the front door's
-// 503s. It prints the table and reports the figures.
+// 503s. It prints the table and reports the figures. To trace a
+// hand-over: BENCH_BUSY_RUNS ("1x16"), BENCH_BUSY_TARGETS ("front"),
+// BENCH_BUSY_FRONT ([front] keys, ';' for a newline) and
+// BENCH_BUSY_HEAD_LOG (the real head's log, with its slots' launch and
+// release times, to PATH.npN).
 func BenchmarkE2EFrontBusy(b *testing.B) {
 	nps := []int{2}
 	if _, _, ok := realLlama(); ok {
@@ -236,6 +248,9 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 		urls, keys := busyDoors(b, w)
 		urls["direct"] = fmt.Sprintf("http://127.0.0.1:%d", head.port)
 		targets := []string{"direct", "nginx", "front", "front+fs"}
+		if v := os.Getenv("BENCH_BUSY_TARGETS"); v != "" { // "front,direct": those alone, no flood or shared head
+			targets = strings.Split(v, ",")
+		}
 		keysOf := func(t string) []string {
 			if t == "front+fs" {
 				return keys
@@ -243,7 +258,7 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 			return nil
 		}
 		for i := 0; i < b.N; i++ {
-			for _, run := range []struct{ tokens, clients int }{{1, 1}, {1, 16}, {1, 64}, {48, 16}} {
+			for _, run := range busyRuns() {
 				body := completionBody(run.tokens)
 				res := map[string]busyResult{}
 				for _, t := range targets {
@@ -268,10 +283,30 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 				}
 				b.Logf("%-22s p50: %s", label, strings.Join(line, "; "))
 			}
-			busyFlood(b, head, np, urls, keys, round)
-			busyShared(b, head, np, urls, keys, round)
+			if os.Getenv("BENCH_BUSY_TARGETS") == "" {
+				busyFlood(b, head, np, urls, keys, round)
+				busyShared(b, head, np, urls, keys, round)
+			}
 		}
 	}
+}
+
+// busyRuns are the runs of BenchmarkE2EFrontBusy (tokens, clients): every
+// one, or BENCH_BUSY_RUNS's ("1x16,48x16").
+func busyRuns() []struct{ tokens, clients int } {
+	all := []struct{ tokens, clients int }{{1, 1}, {1, 16}, {1, 64}, {48, 16}}
+	v := os.Getenv("BENCH_BUSY_RUNS")
+	if v == "" {
+		return all
+	}
+	var out []struct{ tokens, clients int }
+	for _, r := range strings.Split(v, ",") {
+		var run struct{ tokens, clients int }
+		if _, err := fmt.Sscanf(r, "%dx%d", &run.tokens, &run.clients); err == nil {
+			out = append(out, run)
+		}
+	}
+	return out
 }
 
 // busyFlood: 16 clients of 48-token answers for 4 rounds, through nginx
