@@ -8,6 +8,7 @@
 #   make check          what CI runs: test packages (installs them as root), gofmt, vet, test,
 #                       shipped configs, e2e
 #   make bench          benchmarks, figures printed (root for the real-Slurm/nginx ones)
+#   make bench-real     a busy tier: direct, nginx, front door on the real llama-server (LLAMA_BIN, TINY_MODEL; skipped without)
 #   make demo           the whole thing end to end on this machine (root)
 #   make install        PREFIX=/usr/local DESTDIR=  binaries, configs, units, scripts
 #   make package        .rpm and .deb of slurm-llm-node and slurm-llm-controller into ./dist (nfpm)
@@ -27,7 +28,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION)
 BINARIES   := llm-supervisor llm-upstreams fake-llama
 E2E_TIMEOUT ?= 60m
 
-.PHONY: all deps build test e2e e2e-real e2e-slurm24 check check-shipped vet fmt-check bench fuzz demo install package cluster-up cluster-down clean
+.PHONY: all deps build test e2e e2e-real bench-real e2e-slurm24 check check-shipped vet fmt-check bench fuzz demo install package cluster-up cluster-down clean
 
 all: build
 
@@ -114,6 +115,20 @@ check-shipped: build
 
 bench:
 	scripts/bench.sh
+
+# A busy tier (issue 38) on the real llama-server: the head reached directly, through nginx's
+# shipped site and through the front door (fair share off and on), -np 2 and 4, 1, 16 and 64
+# clients, a flood's throughput, nginx's and the front door's clients on one head at once
+# (BenchmarkE2EFrontBusy; root and nginx, no Slurm). LLAMA_BIN names the build's bin directory,
+# TINY_MODEL or LLAMA_MODEL the model; without LLAMA_BIN it says so and skips (`make bench` runs
+# the same benchmark on the fake llama.cpp).
+bench-real:
+	@if [ -z "$(LLAMA_BIN)" ]; then \
+		echo "bench-real: skipped: LLAMA_BIN is not set (the bin directory of a llama.cpp build with llama-server; the model in TINY_MODEL or LLAMA_MODEL)"; \
+	else \
+		LLAMA_BIN=$(LLAMA_BIN) TINY_MODEL=$(TINY_MODEL) LLAMA_MODEL=$(LLAMA_MODEL) \
+		$(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkE2EFrontBusy$$' -benchtime 1x -timeout 30m -v ./endpoints/front; \
+	fi
 
 fuzz:
 	scripts/fuzz.sh 20s

@@ -271,11 +271,13 @@ func (s *server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %d\n",
 			name, help, name, kind, name, v)
 	}
-	metric("prompt_tokens_total", "counter", "Number of prompt tokens processed.", st.promptTokens)
-	metric("tokens_predicted_total", "counter", "Number of generation tokens processed.", st.predicted)
-	metric("n_decode_total", "counter", "Total number of llama_decode() calls", st.decode)
-	metric("requests_processing", "gauge", "Number of requests processing.", st.processing)
-	metric("requests_deferred", "gauge", "Number of requests deferred.", st.deferred)
+	// real's names and help (FACTS.md Q13; tools/server/server-task.cpp:1523-1598 at 3f545be),
+	// the counters before the gauges
+	metric("prompt_tokens_total", "counter", "Number of prompt tokens processed, excluding cached tokens", st.promptTokens)
+	metric("tokens_predicted_total", "counter", "Number of generation tokens processed", st.predicted)
+	metric("n_decode_total", "counter", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding", st.decode)
+	metric("requests_processing", "gauge", "Number of requests processing", st.processing)
+	metric("requests_deferred", "gauge", "Number of requests deferred", st.deferred)
 }
 
 func (s *server) handleSlots(w http.ResponseWriter, r *http.Request) {

@@ -62,6 +62,12 @@ type Config struct {
 	// ModelsRefresh is how often each routed head's /v1/models is read
 	// (the models it lists and, in router mode, their status).
 	ModelsRefresh time.Duration
+	// LoadRefresh is how often a head whose slots the front door's
+	// requests fill is asked what it really has (its /metrics'
+	// requests_processing and requests_deferred, or its /slots), so that
+	// requests that reached it another way (nginx's ports) are counted
+	// (load.go).
+	LoadRefresh time.Duration
 	// AccessLog is where one line per request goes: "-" standard error
 	// (the journal), "" nowhere, else a file path (appended).
 	AccessLog string
@@ -127,9 +133,20 @@ type TierConfig struct {
 	// client may ask for another, at most HoldMax).
 	Hold time.Duration
 	// MaxHeld and MaxHeldBytes bound the requests held at once (their
-	// bodies' bytes); past them a request gets its 503 at once.
+	// bodies' bytes); past them a request goes to the least loaded head
+	// serving its model, whose own queue takes it, or, with none, gets
+	// its 503 at once.
 	MaxHeld      int
 	MaxHeldBytes int64
+	// HeadQueue is how many requests beyond its slots the front door
+	// keeps waiting in each head's own queue, so that llama-server takes
+	// one the moment a slot frees, in the loop that freed it (held in the
+	// front door, the next would reach the head only a round trip after
+	// the answer that freed the slot reached the front door): 0 (the
+	// zero value, the default) as many as the head has slots, -1 none.
+	// Only the requests past them wait in the front door in fair-share
+	// order.
+	HeadQueue int
 	// Models are model names the tier serves, known before any head of it
 	// is seen (after a restart of the front door while the tier is down,
 	// a request for them is held or answered 503, not 404).
@@ -167,6 +184,7 @@ var defaultConfig = Config{
 	HoldMax:           10 * time.Minute,
 	HoldUnknown:       15 * time.Second,
 	ModelsRefresh:     2 * time.Second,
+	LoadRefresh:       100 * time.Millisecond,
 	AccessLog:         "-",
 	MaxContinuations:  3,
 
@@ -220,6 +238,7 @@ func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
 		"hold_max":                 d.Duration(&f.HoldMax),
 		"hold_unknown":             d.Duration(&f.HoldUnknown),
 		"models_refresh":           d.Duration(&f.ModelsRefresh),
+		"load_refresh":             d.Duration(&f.LoadRefresh),
 		"access_log":               d.String(&f.AccessLog),
 		"aliases":                  d.StringMap(&f.Aliases),
 		"default_model":            d.String(&f.DefaultModel),
@@ -238,6 +257,7 @@ func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
 					"hold":           d.Duration(&ft.Hold),
 					"max_held":       d.Int(&ft.MaxHeld),
 					"max_held_bytes": d.Bytes(&ft.MaxHeldBytes),
+					"head_queue":     d.Int(&ft.HeadQueue),
 					"models":         d.Strings(&ft.Models),
 					"backup_model":   d.String(&ft.BackupModel),
 					"continue":       d.Bool(&ft.Continue),
@@ -274,7 +294,7 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 	for key, v := range map[string]time.Duration{"read_header_timeout": f.ReadHeaderTimeout, "read_timeout": f.ReadTimeout,
 		"idle_timeout": f.IdleTimeout, "write_timeout": f.WriteTimeout, "connect_timeout": f.ConnectTimeout,
 		"fail_timeout": f.FailTimeout, "hold_max": f.HoldMax, "models_refresh": f.ModelsRefresh,
-		"slot_restore_timeout": f.SlotRestoreTimeout} {
+		"slot_restore_timeout": f.SlotRestoreTimeout, "load_refresh": f.LoadRefresh} {
 		if v <= 0 {
 			d.Invalid(toml.Key{"front", key}, "want a positive duration")
 		}
@@ -329,6 +349,9 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 		}
 		if ft.MaxHeldBytes < 0 {
 			d.Invalid(append(key, "max_held_bytes"), "want 0 or more")
+		}
+		if ft.HeadQueue < -1 || ft.HeadQueue > 1024 {
+			d.Invalid(append(key, "head_queue"), "want 0 (as many as the head's slots), -1 (none) or 1 to 1024")
 		}
 		for _, m := range ft.Models {
 			if !endpoints.PrintableName(m) {

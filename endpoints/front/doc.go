@@ -11,9 +11,13 @@
 // A request goes through, top to bottom (Server.ServeHTTP): its body is
 // read (bounded), its model names a tier (aliases, the heads' /v1/models,
 // the tiers' configured models); a head of that tier serving the model is
-// picked (fewest in flight); with none, the hold rule (Verdict, pure)
-// says hold or answer now; a held request waits in its tier's queue and is
-// dispatched in arrival order when the table routes a head; a head that
+// picked (least loaded) among those that take one more: its slots, a few
+// more in its own queue (head_queue: a freed slot is taken in
+// llama-server's own loop) and as many as reached it another way (load.go);
+// with none, the hold rule (Verdict, pure) says hold or answer now; a held
+// request waits in its tier's queue and is dispatched in fair-share (or
+// arrival) order when a head takes one more; past max_held it goes to the
+// least loaded head's own queue; a head that
 // refuses, resets or answers llama-server's own 503 before any byte
 // reached the client is skipped and the request goes to another head or
 // back to the queue. Nothing is retried once the client got a byte.

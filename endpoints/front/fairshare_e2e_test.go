@@ -142,6 +142,8 @@ key_burst = 100
 [front.fair_share]
 enabled = true
 weights = "sshare"
+[front.tiers.fast]
+head_queue = -1 # none in the head's own queue: the waiting two are ordered by the front door alone
 `, mport))
 	url, metrics := fmt.Sprintf("http://127.0.0.1:%d", fport), fmt.Sprintf("http://127.0.0.1:%d", mport)
 	w.front(cfg, url)

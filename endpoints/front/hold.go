@@ -104,7 +104,8 @@ func (s *Server) queueOf(tier string) *queue {
 // takes a free head at once; the others wait in the front door, in
 // fair-share order: through an outage within their hold, for a busy
 // model's heads up to hold_max (or the client's own X-LLM-Hold). Past
-// max_held, a 503 busy.
+// max_held, the least loaded head serving the model takes it in its own
+// queue (a busy tier is not an outage); a 503 busy only when none can.
 func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	q := s.queueOf(c.tier)
 	q.mu.Lock()
@@ -130,6 +131,10 @@ func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	if len(q.waiters) >= ft.MaxHeld || q.bytes+c.size > ft.MaxHeldBytes {
 		n := len(q.waiters)
 		q.mu.Unlock()
+		if h := s.pickQueue(t, c.tier, c.model); h != nil {
+			c.why = "past max_held: to the least loaded head's own queue"
+			return h, nil
+		}
 		return nil, &refusal{view: s.view(c.tier), busy: true,
 			why: fmt.Sprintf("no hold: %d requests already wait for tier %s (max_held %d, max_held_bytes %d)", n, c.tier, ft.MaxHeld, ft.MaxHeldBytes)}
 	}
@@ -300,7 +305,8 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 }
 
 // pick acquires the head of tier serving model with the fewest requests
-// in flight (nginx's least_conn) among those with a free slot, skipping
+// in flight (nginx's least_conn) among those that take one more now
+// (head.capacity: its slots and its own queue's share), skipping
 // heads that failed within fail_timeout, and heads whose router says the
 // model failed while another does not. Ties go round the heads. nil when
 // none can take it now; busy then says that heads serve the model but
@@ -319,6 +325,27 @@ func (s *Server) full(t *table, tier, model string) bool {
 	return full
 }
 
+// pickQueue acquires the head of tier serving model with the least load
+// (its requests in flight, the front door's and the others'), full or
+// not: past max_held a request goes to that head's own queue. nil when no
+// head serves the model now (none routed, or all failing).
+func (s *Server) pickQueue(t *table, tier, model string) *head {
+	now := s.now()
+	var best *head
+	for _, h := range t.heads[tier] {
+		if !h.serves(model) || h.failing(now) {
+			continue
+		}
+		if best == nil || h.load() < best.load() {
+			best = h
+		}
+	}
+	if best != nil {
+		best.inFlight.Add(1)
+	}
+	return best
+}
+
 // choose is pick's choice, acquiring nothing; ties go to the head first
 // from turn (round robin).
 func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, full bool) {
@@ -327,6 +354,7 @@ func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, 
 		return nil, false
 	}
 	now := s.now()
+	extra := int64(s.tierCfg(tier).HeadQueue)
 	start := int(turn % uint64(len(hs)))
 	bestFailed := false
 	for i := range hs {
@@ -334,13 +362,13 @@ func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, 
 		if !h.serves(model) || h.failing(now) {
 			continue
 		}
-		if h.busy() {
+		if h.busy(extra) {
 			full = true
 			continue
 		}
 		failed := h.failedModel(model)
 		if best == nil || (bestFailed && !failed) ||
-			(failed == bestFailed && h.inFlight.Load() < best.inFlight.Load()) {
+			(failed == bestFailed && h.load() < best.load()) {
 			best, bestFailed = h, failed
 		}
 	}

@@ -351,6 +351,16 @@ func testConfig() Config {
 	return cfg
 }
 
+// noHeadQueue keeps no request in a head's own queue (head_queue = -1),
+// for tests of what waits in the front door once a head's slots are
+// taken.
+func noHeadQueue(c *Config) {
+	for name, ft := range c.Tiers {
+		ft.HeadQueue = -1
+		c.Tiers[name] = ft
+	}
+}
+
 func newRig(t testing.TB, edit func(*Config)) *rig {
 	cfg := testConfig()
 	if edit != nil {

@@ -249,8 +249,15 @@ func (s *Server) remakeCatalog() {
 }
 
 // Run reads the routed heads' /v1/models every models_refresh (and at
-// once when a table brings new heads) until ctx ends.
+// once when a table brings new heads), and the load of those whose slots
+// are full every load_refresh, until ctx ends.
 func (s *Server) Run(ctx context.Context) {
+	loads := make(chan struct{})
+	go func() {
+		defer close(loads)
+		s.runLoads(ctx)
+	}()
+	defer func() { <-loads }()
 	tick := time.NewTimer(0)
 	defer tick.Stop()
 	for {

@@ -45,13 +45,18 @@ const maxStatusUsers = 20
 
 // HeadStatus is one routed head in Status.
 type HeadStatus struct {
-	Addr     string   `json:"addr"`
-	File     string   `json:"file"`
-	Job      string   `json:"job"`
-	Node     string   `json:"node"`
-	InFlight int64    `json:"in_flight"`
-	Failing  bool     `json:"failing"`
-	Models   []string `json:"models"`
+	Addr     string `json:"addr"`
+	File     string `json:"file"`
+	Job      string `json:"job"`
+	Node     string `json:"node"`
+	InFlight int64  `json:"in_flight"`
+	// Slots is the head's slots (its /slots; 0 unknown, -1 none to
+	// read); Others the requests it had at its last load poll beyond the
+	// front door's own (load.go).
+	Slots   int64    `json:"slots,omitempty"`
+	Others  int64    `json:"others,omitempty"`
+	Failing bool     `json:"failing"`
+	Models  []string `json:"models"`
 }
 
 // Status reports the current table and queues.
@@ -63,7 +68,7 @@ func (s *Server) Status() Status {
 		ts := TierStatus{Tier: tier, View: t.views[tier], Draining: t.draining[tier], Heads: []HeadStatus{}}
 		for _, h := range t.heads[tier] {
 			hs := HeadStatus{Addr: h.addr, File: h.file, Job: h.job, Node: h.node, InFlight: h.inFlight.Load(),
-				Failing: h.failing(now), Models: h.modelNames(nil)}
+				Slots: h.slots.Load(), Others: h.others.Load(), Failing: h.failing(now), Models: h.modelNames(nil)}
 			slices.Sort(hs.Models)
 			hs.Models = slices.Compact(hs.Models)
 			ts.Heads = append(ts.Heads, hs)

@@ -33,14 +33,44 @@ type head struct {
 	// llama-server's --parallel); 0 before it was read, -1 when it cannot
 	// be (router mode): unknown is no limit.
 	slots atomic.Int64
+	// others is how many requests the head had, at its last load poll
+	// (pollLoad), that did not come through the front door: processing
+	// and deferred there beyond the front door's own (nginx's ports,
+	// another front door). 0 until polled.
+	others atomic.Int64
 }
 
-// busy reports whether every slot of the head is taken by requests
-// through the front door (a head whose slots are unknown never is).
-func (h *head) busy() bool {
+// capacity is how many requests through the front door h takes now: its
+// slots; extra more waiting in its own queue (0 is as many as its slots,
+// negative none), so that a freed slot is taken in the head's own loop
+// rather than after a round trip through the front door; and as many more
+// as reached it another way, so that the front door's requests stand in
+// the head's first-come first-served queue as many as the others' do. 0
+// is no limit (slots unknown).
+func (h *head) capacity(extra int64) int64 {
 	n := h.slots.Load()
-	return n > 0 && h.inFlight.Load() >= n
+	if n <= 0 {
+		return 0
+	}
+	switch {
+	case extra == 0:
+		extra = n
+	case extra < 0:
+		extra = 0
+	}
+	return n + extra + h.others.Load()
 }
+
+// busy reports whether h has all the front door's requests it takes now
+// (capacity; a head whose slots are unknown never has).
+func (h *head) busy(extra int64) bool {
+	c := h.capacity(extra)
+	return c > 0 && h.inFlight.Load() >= c
+}
+
+// load is what h has now as far as the front door knows: its own
+// requests and the others at the last poll (least loaded first).
+func (h *head) load() int64 { return h.inFlight.Load() + h.others.Load() }
 
 // serves reports whether the head serves model: its file lists it, or its
 // last /v1/models answer does.

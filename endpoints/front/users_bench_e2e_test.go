@@ -109,7 +109,7 @@ func fairShareRun(b *testing.B, d fairDoor, keys map[string]string, outstanding,
 			}
 		}()
 	}
-	waitHeld(b, d.status, outstanding-2)
+	waitHeld(b, d.status, outstanding-4) // 2 in the head's slots, 2 in its own queue (head_queue)
 	stream := `{"model":"tiny","stream":true,"messages":[{"role":"user","content":"count"}]}`
 	for range samples {
 		req, _ := http.NewRequest(http.MethodPost, d.url+"/v1/chat/completions", strings.NewReader(stream))

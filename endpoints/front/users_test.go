@@ -221,6 +221,9 @@ type slotHead struct {
 	release chan struct{}
 	mu      sync.Mutex
 	order   []string
+	// metrics, when set, is its /metrics answer (else 501, as
+	// llama-server without --metrics).
+	metrics string
 }
 
 func newSlotHead(t *testing.T, n int) *slotHead {
@@ -237,6 +240,16 @@ func newSlotHead(t *testing.T, n int) *slotHead {
 			return
 		case "/v1/models":
 			io.WriteString(w, `{"object":"list","data":[{"id":"qwen-a","object":"model"}]}`)
+			return
+		case "/metrics":
+			sh.mu.Lock()
+			m := sh.metrics
+			sh.mu.Unlock()
+			if m == "" {
+				http.Error(w, `{"error":{"code":501}}`, http.StatusNotImplemented)
+				return
+			}
+			io.WriteString(w, m)
 			return
 		}
 		var req chatReq
@@ -256,6 +269,14 @@ func newSlotHead(t *testing.T, n int) *slotHead {
 	return sh
 }
 
+// setMetrics sets its /metrics to say it has processing and deferred
+// requests.
+func (sh *slotHead) setMetrics(processing, deferred int) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.metrics = fmt.Sprintf("# HELP llamacpp:requests_processing Number of requests processing\n# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing %d\n# HELP llamacpp:requests_deferred Number of requests deferred\n# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred %d\n", processing, deferred)
+}
+
 func (sh *slotHead) seen() []string {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -266,7 +287,7 @@ func (sh *slotHead) seen() []string {
 // requests outstanding and bob sends one after them; when a slot frees,
 // bob's goes next, not after alice's queue (llama-server's FIFO).
 func TestBusyTierIsSharedFairly(t *testing.T) {
-	k := newKeyedRig(t, nil, "alice", "bob")
+	k := newKeyedRig(t, noHeadQueue, "alice", "bob")
 	sh := newSlotHead(t, 2)
 	k.route(nil, sh.testHead)
 	k.s.poller.pollAll(t.Context(), k.s.tab.Load().allHeads())
@@ -308,4 +329,39 @@ func TestBusyTierIsSharedFairly(t *testing.T) {
 	if got := sh.seen(); len(got) != 7 {
 		t.Errorf("the head saw %v", got)
 	}
+}
+
+// TestFairShareBehindTheHeadQueue: with the default head_queue a head of
+// 2 slots takes 4 of alice's 8 requests (2 in its slots, 2 in its own
+// queue) and the front door holds the rest; bob's request, sent after
+// them, is the next to reach the head once one of alice's ends: behind
+// the head's own queue, never behind alice's whole backlog.
+func TestFairShareBehindTheHeadQueue(t *testing.T) {
+	k := newKeyedRig(t, nil, "alice", "bob")
+	sh := newSlotHead(t, 2)
+	k.route(nil, sh.testHead)
+	k.s.poller.pollAll(t.Context(), k.s.tab.Load().allHeads())
+	var wg sync.WaitGroup
+	send := func(user, tag string) {
+		wg.Add(1)
+		go func() { defer wg.Done(); k.as(user, "qwen-a", tag) }()
+	}
+	for i := range 8 {
+		send("alice", fmt.Sprint("a", i))
+		if i < 4 {
+			waitFor(t, "alice's request at the head", func() bool { return len(sh.seen()) == i+1 })
+		}
+	}
+	waitFor(t, "alice's 4 waiting", func() bool { return k.held("fast") == 4 })
+	send("bob", "b0")
+	waitFor(t, "bob's waiting", func() bool { return k.held("fast") == 5 })
+	sh.release <- struct{}{}
+	waitFor(t, "the next request at the head", func() bool { return len(sh.seen()) == 5 })
+	if got := sh.seen()[4]; got != "b0" {
+		t.Errorf("the head's queue took %q, want bob's b0 (order %v)", got, sh.seen())
+	}
+	for range 9 {
+		sh.release <- struct{}{}
+	}
+	wg.Wait()
 }

@@ -1,0 +1,342 @@
+//go:build e2e
+
+package front_test
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"slurm-llm/cmd/fake-llama/faketest"
+	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/nginx/nginxtest"
+)
+
+// A busy tier through the front door (issue 38), against nginx's shipped
+// site and the head itself, side by side in one run: latency at 1, 16 and
+// 64 clients, a flood's throughput, and clients through nginx and the
+// front door on one head at once. The head is the real llama-server when
+// LLAMA_BIN (a llama.cpp build's bin directory) and TINY_MODEL (or
+// LLAMA_MODEL) are set (`make bench-real`), else the fake llama.cpp
+// answering at a paced rate (CI's figures: what they show of the front
+// door's queue is its shape, not the real server's speed).
+
+// busyHead is the head of one run: where it is and what it is.
+type busyHead struct {
+	port int
+	kind string // "real" or "fake"
+}
+
+// realLlama names the real llama.cpp build and model from the
+// environment; ok false when either is missing.
+func realLlama() (bin, model string, ok bool) {
+	bin, model = os.Getenv("LLAMA_BIN"), os.Getenv("TINY_MODEL")
+	if model == "" {
+		model = os.Getenv("LLAMA_MODEL")
+	}
+	if bin == "" || model == "" {
+		return "", "", false
+	}
+	if _, err := os.Stat(filepath.Join(bin, "llama-server")); err != nil {
+		return "", "", false
+	}
+	if _, err := os.Stat(model); err != nil {
+		return "", "", false
+	}
+	return bin, model, true
+}
+
+// startBusyHead starts a head of np slots serving model "tiny" with
+// --metrics (as the shipped tiers do) and publishes it as tier fast.
+func startBusyHead(b *testing.B, w *benchWorld, np int) busyHead {
+	b.Helper()
+	port := faketest.FreePort(b)
+	h := busyHead{port: port, kind: "fake"}
+	if bin, model, ok := realLlama(); ok {
+		h.kind = "real"
+		cmd := exec.Command(filepath.Join(bin, "llama-server"), "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+			"-m", model, "--alias", "tiny", "-np", strconv.Itoa(np), "-c", strconv.Itoa(512*np), "--metrics", "--no-webui")
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+bin)
+		if path := os.Getenv("BENCH_BUSY_HEAD_LOG"); path != "" { // its log (timestamps, slot launch and release)
+			f, err := os.Create(fmt.Sprintf("%s.np%d", path, np))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { f.Close() })
+			cmd.Stdout, cmd.Stderr = f, f
+		}
+		startCmd(b, cmd)
+	} else {
+		// 1 ms a token: a 1-token answer in about 1 ms, as the real tiny
+		// model's on this machine.
+		startProc(b, []string{w.fake, "server", "--host", "127.0.0.1", "--port", strconv.Itoa(port), "-m", "tiny",
+			"--parallel", strconv.Itoa(np), "--metrics", "--fake-token-rate", "1000"}, io.Discard)
+	}
+	waitUp(b, fmt.Sprintf("http://127.0.0.1:%d/health", port))
+	now := time.Now().UTC()
+	e := endpoints.Endpoint{Schema: endpoints.SchemaVersion, Tier: "fast", JobID: strconv.Itoa(100 + np), Host: "127.0.0.1",
+		Port: port, State: endpoints.StateReady, Models: []string{"tiny"}, Node: "node1", PID: os.Getpid(),
+		StartedAt: now, Heartbeat: now, LeaseExpires: now.Add(time.Hour)}
+	if err := endpoints.Write(w.endpoints, e); err != nil {
+		b.Fatal(err)
+	}
+	return h
+}
+
+// startCmd starts cmd in its own process group until the benchmark ends
+// (startProc's, for a command with its own environment).
+func startCmd(b *testing.B, cmd *exec.Cmd) {
+	b.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+}
+
+// completionBody is a /completion of n tokens (a grammar, so that the
+// real tiny model's random weights give text; ignore_eos, so that it
+// gives n).
+func completionBody(n int) string {
+	return fmt.Sprintf(`{"prompt":"hello","n_predict":%d,"ignore_eos":true,"grammar":"root ::= [a-z ]+","cache_prompt":false}`, n)
+}
+
+// busyResult is what one load run got: every 200's latency, sorted, and
+// how many answers were not 200.
+type busyResult struct {
+	lat    []time.Duration
+	failed int
+}
+
+// busyLoad runs clients that post body to url's /completion for d, back
+// to back, each on its kept-alive connection (client i with keys[i] as
+// its bearer token, when given).
+func busyLoad(url, body string, keys []string, clients int, d time.Duration) busyResult {
+	var mu sync.Mutex
+	var res busyResult
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
+			defer c.CloseIdleConnections()
+			var mine []time.Duration
+			for time.Now().Before(end) {
+				req, _ := http.NewRequest(http.MethodPost, url+"/completion", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				if len(keys) > 0 {
+					req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
+				}
+				start := time.Now()
+				resp, err := c.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					time.Sleep(10 * time.Millisecond) // a 503's Retry-After, shortened
+					continue
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			res.lat = append(res.lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	slices.Sort(res.lat)
+	res.failed = int(failed.Load())
+	return res
+}
+
+// busyDoors starts nginx (the shipped site, one worker) and two front
+// doors over w's endpoints: "front" (no identity, arrival order) and
+// "front+fs" (static keys, fair share on), each with its metrics
+// listener. It returns their base URLs and the keys.
+func busyDoors(b *testing.B, w *benchWorld) (urls map[string]string, keys []string) {
+	b.Helper()
+	n := nginxtest.Start(b, filepath.Join("..", "..", "etc", "nginx", "slurm-llm.conf"), 1)
+	urls = map[string]string{"nginx": fmt.Sprintf("http://127.0.0.1:%d", n.Fast)}
+	var lines strings.Builder
+	for i := range 64 {
+		u := fmt.Sprintf("user%02d", i)
+		key, _, _, err := access.NewKey(rand.Reader)
+		if err != nil {
+			b.Fatal(err)
+		}
+		keys = append(keys, key)
+		fmt.Fprintf(&lines, "%s acct-%s %s\n", u, u, key)
+	}
+	keysFile := filepath.Join(w.dir, "keys")
+	if err := os.WriteFile(keysFile, []byte(lines.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for i, name := range []string{"front", "front+fs"} {
+		fport := faketest.FreePort(b)
+		cfg := w.config(b, fport, n)
+		if i == 0 {
+			if out, err := exec.Command(w.bin, "sync", "--config", cfg, "--log-level", "warn").CombinedOutput(); err != nil {
+				b.Fatalf("sync: %v\n%s", err, out)
+			}
+			waitUp(b, urls["nginx"]+"/health")
+		}
+		// BENCH_BUSY_FRONT: more [front] keys, one per line ("load_refresh = \"1h\""), to compare settings.
+		extra := fmt.Sprintf("default_model = \"tiny\"\nmetrics_listen = \"127.0.0.1:%d\"\n%s\n", faketest.FreePort(b),
+			strings.ReplaceAll(os.Getenv("BENCH_BUSY_FRONT"), ";", "\n"))
+		if name == "front+fs" {
+			extra += fmt.Sprintf("[front.auth]\nmode = \"identify\"\nstatic_keys_file = %q\nslurm_accounts = false\n[front.fair_share]\nenabled = true\n", keysFile)
+		}
+		raw, _ := os.ReadFile(cfg)
+		path := strings.TrimSuffix(cfg, ".toml") + "-" + strconv.Itoa(i) + ".toml"
+		if err := os.WriteFile(path, append(raw, extra...), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		urls[name], _ = w.front(b, path, fport)
+	}
+	return urls, keys
+}
+
+// BenchmarkE2EFrontBusy: issue 38's comparison. For each -np (2, and 4
+// on the real head): 1, 16 and 64 clients sending 1-token /completion
+// requests, and 16 clients sending 48-token ones, directly, through nginx
+// and through the front door with fair share off and on, each target
+// alone in turn, in rounds; then a flood (16 clients, 48 tokens) through
+// nginx and through the front door with fair share; then 16 clients
+// through nginx and 16 through the front door (fair share on) at once on
+// the one head: each one's share of the answers, and the front door's
+// 503s. It prints the table and reports the figures. To trace a
+// hand-over: BENCH_BUSY_RUNS ("1x16"), BENCH_BUSY_TARGETS ("front"),
+// BENCH_BUSY_FRONT ([front] keys, ';' for a newline) and
+// BENCH_BUSY_HEAD_LOG (the real head's log, with its slots' launch and
+// release times, to PATH.npN).
+func BenchmarkE2EFrontBusy(b *testing.B) {
+	nps := []int{2}
+	if _, _, ok := realLlama(); ok {
+		nps = []int{2, 4}
+	}
+	round := 1500 * time.Millisecond
+	if v, err := time.ParseDuration(os.Getenv("BENCH_BUSY_ROUND")); err == nil {
+		round = v
+	}
+	for _, np := range nps {
+		w := newBenchWorld(b)
+		head := startBusyHead(b, w, np)
+		urls, keys := busyDoors(b, w)
+		urls["direct"] = fmt.Sprintf("http://127.0.0.1:%d", head.port)
+		targets := []string{"direct", "nginx", "front", "front+fs"}
+		if v := os.Getenv("BENCH_BUSY_TARGETS"); v != "" { // "front,direct": those alone, no flood or shared head
+			targets = strings.Split(v, ",")
+		}
+		keysOf := func(t string) []string {
+			if t == "front+fs" {
+				return keys
+			}
+			return nil
+		}
+		for i := 0; i < b.N; i++ {
+			for _, run := range busyRuns() {
+				body := completionBody(run.tokens)
+				res := map[string]busyResult{}
+				for _, t := range targets {
+					busyLoad(urls[t], body, keysOf(t), run.clients, 300*time.Millisecond) // warm up
+				}
+				for range 3 {
+					for _, t := range targets {
+						r := busyLoad(urls[t], body, keysOf(t), run.clients, round)
+						prev := res[t]
+						prev.lat, prev.failed = append(prev.lat, r.lat...), prev.failed+r.failed
+						res[t] = prev
+					}
+				}
+				label := fmt.Sprintf("%s,np%d,%dtok,%dc", head.kind, np, run.tokens, run.clients)
+				var line []string
+				for _, t := range targets {
+					slices.Sort(res[t].lat)
+					p50 := pct(res[t].lat, .5)
+					add := ms(p50 - pct(res["direct"].lat, .5))
+					b.ReportMetric(ms(p50), "p50-ms("+t+","+label+")")
+					line = append(line, fmt.Sprintf("%s %.2f ms (%+.2f, %d answers, %d not 200)", t, ms(p50), add, len(res[t].lat), res[t].failed))
+				}
+				b.Logf("%-22s p50: %s", label, strings.Join(line, "; "))
+			}
+			if os.Getenv("BENCH_BUSY_TARGETS") == "" {
+				busyFlood(b, head, np, urls, keys, round)
+				busyShared(b, head, np, urls, keys, round)
+			}
+		}
+	}
+}
+
+// busyRuns are the runs of BenchmarkE2EFrontBusy (tokens, clients): every
+// one, or BENCH_BUSY_RUNS's ("1x16,48x16").
+func busyRuns() []struct{ tokens, clients int } {
+	all := []struct{ tokens, clients int }{{1, 1}, {1, 16}, {1, 64}, {48, 16}}
+	v := os.Getenv("BENCH_BUSY_RUNS")
+	if v == "" {
+		return all
+	}
+	var out []struct{ tokens, clients int }
+	for _, r := range strings.Split(v, ",") {
+		var run struct{ tokens, clients int }
+		if _, err := fmt.Sscanf(r, "%dx%d", &run.tokens, &run.clients); err == nil {
+			out = append(out, run)
+		}
+	}
+	return out
+}
+
+// busyFlood: 16 clients of 48-token answers for 4 rounds, through nginx
+// and through the front door with fair share: answers each.
+func busyFlood(b *testing.B, head busyHead, np int, urls map[string]string, keys []string, round time.Duration) {
+	body := completionBody(48)
+	got := map[string]int{}
+	for range 4 {
+		got["nginx"] += len(busyLoad(urls["nginx"], body, nil, 16, round).lat)
+		got["front+fs"] += len(busyLoad(urls["front+fs"], body, keys[:1], 16, round).lat)
+	}
+	ratio := float64(got["front+fs"]) / float64(max(got["nginx"], 1))
+	b.ReportMetric(100*ratio, fmt.Sprintf("flood-pct-of-nginx(%s,np%d)", head.kind, np))
+	b.Logf("%s,np%d flood (one user, 16 clients, 48 tokens, 4 x %s): nginx %d answers, front door (fair share) %d: %.1f %%",
+		head.kind, np, round, got["nginx"], got["front+fs"], 100*ratio)
+}
+
+// busyShared: 16 clients through nginx and 16 through the front door (fair
+// share on) at once on the one head, 1-token answers: each one's share of
+// the answers (the offered load is even), and the front door's non-200s.
+func busyShared(b *testing.B, head busyHead, np int, urls map[string]string, keys []string, round time.Duration) {
+	body := completionBody(1)
+	var viaNginx, viaFront busyResult
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); viaNginx = busyLoad(urls["nginx"], body, nil, 16, 4*round) }()
+	go func() { defer wg.Done(); viaFront = busyLoad(urls["front+fs"], body, keys, 16, 4*round) }()
+	wg.Wait()
+	share := float64(len(viaFront.lat)) / float64(max(len(viaFront.lat)+len(viaNginx.lat), 1))
+	b.ReportMetric(100*share, fmt.Sprintf("shared-front-pct(%s,np%d)", head.kind, np))
+	b.Logf("%s,np%d shared head (16 clients through nginx, 16 through the front door, 1 token, %s): nginx %d answers (p50 %.2f ms), front door %d (p50 %.2f ms, %d not 200): the front door's share %.1f %% of an even load",
+		head.kind, np, 4*round, len(viaNginx.lat), ms(pct(viaNginx.lat, .5)), len(viaFront.lat), ms(pct(viaFront.lat, .5)), viaFront.failed, 100*share)
+}

@@ -1,0 +1,132 @@
+package front
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// realMetrics is llama-server's /metrics as it writes it (to_metrics in
+// tools/server/server-task.cpp: each value a double through an ostream),
+// trimmed.
+const realMetrics = `# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 1290
+# HELP llamacpp:predicted_tokens_seconds Average generation throughput in tokens/s
+# TYPE llamacpp:predicted_tokens_seconds gauge
+llamacpp:predicted_tokens_seconds 412.371
+# HELP llamacpp:requests_processing Number of requests processing
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 2
+# HELP llamacpp:requests_deferred Number of requests deferred
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 1.4e+01
+`
+
+func TestParseLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		slots      bool
+		want       headLoad
+		err        bool
+	}{
+		{name: "metrics", body: realMetrics, want: headLoad{processing: 2, deferred: 14}},
+		{name: "metrics without deferred", body: "llamacpp:requests_processing 2\n", err: true},
+		{name: "metrics with a bad count", body: "llamacpp:requests_processing -1\nllamacpp:requests_deferred 0\n", err: true},
+		{name: "slots", slots: true, body: `[{"id":0,"is_processing":true},{"id":1,"is_processing":false}]`,
+			want: headLoad{processing: 1, deferred: -1}},
+		{name: "slots not a list", slots: true, body: `{"error":{}}`, err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parse := parseMetrics
+			if tc.slots {
+				parse = parseSlots
+			}
+			got, err := parse(strings.NewReader(tc.body))
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want one: %v", err, tc.err)
+			}
+			if err == nil {
+				if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(headLoad{})); d != "" {
+					t.Errorf("(-want +got):\n%s", d)
+				}
+			}
+		})
+	}
+}
+
+// TestOthersOnTheHeadLetMoreIn: the front door counted only the requests
+// it sent itself against a head's slots and held the rest, so with
+// nginx's clients filling the head's own queue its clients got 170
+// answers where nginx's got 1312 (issue 38). What the head says it has
+// beyond the front door's own (its /metrics) lets as many more of the
+// front door's requests into its queue; when they are gone, the front
+// door holds again.
+func TestOthersOnTheHeadLetMoreIn(t *testing.T) {
+	r := newRig(t, noHeadQueue)
+	sh := newSlotHead(t, 1)
+	r.route(nil, sh.testHead)
+	r.s.poller.pollAll(t.Context(), r.s.tab.Load().allHeads())
+	done := make(chan int, 3)
+	send := func(tag string) {
+		go func() { code, _, _ := r.do("qwen-a", tag); done <- code }()
+	}
+	send("r0")
+	waitFor(t, "r0 at the head", func() bool { return len(sh.seen()) == 1 })
+	send("r1")
+	send("r2")
+	waitFor(t, "r1 and r2 held", func() bool { return r.held("fast") == 2 })
+	sh.setMetrics(1, 2) // r0, and two that came through nginx
+	r.s.pollLoads(t.Context())
+	h := r.s.tab.Load().heads["fast"][0]
+	if got := h.others.Load(); got != 2 {
+		t.Errorf("others %d, want 2", got)
+	}
+	for _, ts := range r.s.Status().Tiers {
+		if ts.Tier == "fast" && (len(ts.Heads) != 1 || ts.Heads[0].Slots != 1 || ts.Heads[0].Others != 2) {
+			t.Errorf("/status heads %+v, want slots 1, others 2", ts.Heads)
+		}
+	}
+	waitFor(t, "r1 and r2 at the head", func() bool { return len(sh.seen()) == 3 && r.held("fast") == 0 })
+	sh.setMetrics(3, 0) // nginx's are gone; the head has the front door's three
+	r.s.pollLoads(t.Context())
+	if got := h.others.Load(); got != 0 {
+		t.Errorf("others %d once nginx's requests are gone, want 0", got)
+	}
+	send("r3")
+	waitFor(t, "r3 held", func() bool { return r.held("fast") == 1 })
+	for range 4 {
+		sh.release <- struct{}{}
+	}
+	for range 4 {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("answered %d", code)
+		}
+	}
+}
+
+// TestLoadFromSlotsWithoutMetrics: a head run without --metrics (501) is
+// asked its /slots: those processing beyond the front door's own are
+// others (its deferred ones it does not say).
+func TestLoadFromSlotsWithoutMetrics(t *testing.T) {
+	r := newRig(t, noHeadQueue)
+	sh := newSlotHead(t, 2)
+	r.route(nil, sh.testHead)
+	r.s.poller.pollAll(t.Context(), r.s.tab.Load().allHeads())
+	h := r.s.tab.Load().heads["fast"][0]
+	h.inFlight.Add(2) // as if two of the front door's were there
+	defer h.inFlight.Add(-2)
+	if err := r.s.poller.pollLoad(t.Context(), h); err != nil {
+		t.Fatal(err)
+	}
+	// newSlotHead's /slots says every slot idle: the front door's own are
+	// on their way, none are others.
+	if got := h.others.Load(); got != 0 {
+		t.Errorf("others %d, want 0", got)
+	}
+	if !loadPolled(h) {
+		t.Errorf("a head whose slots the front door fills is not polled")
+	}
+}
