@@ -59,6 +59,10 @@ type Config struct {
 	// preemption, before Slurm has one): past it, no estimate means no
 	// hold.
 	HoldUnknown time.Duration
+	// AffinityTTL is how long a conversation's turns go to the head that
+	// served its last one (affinity.go); 0 turns that off (least loaded
+	// for every request).
+	AffinityTTL time.Duration
 	// ModelsRefresh is how often each routed head's /v1/models is read
 	// (the models it lists and, in router mode, their status).
 	ModelsRefresh time.Duration
@@ -185,6 +189,7 @@ var defaultConfig = Config{
 	HoldUnknown:       15 * time.Second,
 	ModelsRefresh:     2 * time.Second,
 	LoadRefresh:       100 * time.Millisecond,
+	AffinityTTL:       30 * time.Minute,
 	AccessLog:         "-",
 	MaxContinuations:  3,
 
@@ -238,6 +243,7 @@ func (c *Config) Field(d *tomlconf.Decoder) tomlconf.Field {
 		"hold_max":                 d.Duration(&f.HoldMax),
 		"hold_unknown":             d.Duration(&f.HoldUnknown),
 		"models_refresh":           d.Duration(&f.ModelsRefresh),
+		"affinity_ttl":             d.Duration(&f.AffinityTTL),
 		"load_refresh":             d.Duration(&f.LoadRefresh),
 		"access_log":               d.String(&f.AccessLog),
 		"aliases":                  d.StringMap(&f.Aliases),
@@ -298,6 +304,9 @@ func (c *Config) Check(d *tomlconf.Decoder, tiers []string, stateDir string) {
 		if v <= 0 {
 			d.Invalid(toml.Key{"front", key}, "want a positive duration")
 		}
+	}
+	if f.AffinityTTL < 0 {
+		d.Invalid(toml.Key{"front", "affinity_ttl"}, `want a duration, or "0s" for no affinity`)
 	}
 	if f.SlotSaveDir != "" && !filepath.IsAbs(f.SlotSaveDir) {
 		d.Invalid(toml.Key{"front", "slot_save_dir"}, "want an absolute path (got %q)", f.SlotSaveDir)

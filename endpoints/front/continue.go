@@ -353,7 +353,7 @@ func (sp *splicer) drainingSwitch() bool {
 	if sp.c.continued >= sp.s.cfg.Load().MaxContinuations {
 		return false
 	}
-	next, _ := sp.s.pick(sp.s.tab.Load(), sp.c.tier, sp.c.model)
+	next, _ := sp.s.pick(sp.s.tab.Load(), sp.c.tier, sp.c.model, "")
 	saves := sp.drainSaves(h)
 	if next == nil && !saves {
 		return false // nowhere to go: stay until the drain ends it

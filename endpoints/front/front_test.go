@@ -433,7 +433,7 @@ func TestMetricFamiliesGolden(t *testing.T) {
 	bad.setMode("503")
 	r.route([]tiers.TierView{{Tier: "reasoning", State: tiers.StateDown, Reason: tiers.ReasonStarting}}, bad, good)
 	for i := 0; i < 3; i++ {
-		r.do("qwen-a", "x")
+		r.do("qwen-a", fmt.Sprint("x", i)) // three conversations: not one head's by affinity
 	}
 	r.do("OR1-Behemoth", "y", HoldHeader, "20ms")
 	c, d := newTestHead(t, "fast", "104", "qwen-a"), newTestHead(t, "fast", "105", "qwen-a")

@@ -43,6 +43,7 @@ type call struct {
 	urlPath  string // the path the client asked for
 	tier     string // the tier serving the model ("" until resolved)
 	model    string // the model name sent to the head
+	conv     string // affinityKey of the request's conversation ("" for none)
 	body     []byte
 	keys     reqKeys // the body's top-level keys the front door reads
 	size     int64
@@ -290,6 +291,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 		return false
 	}
 	c.tier, c.model, c.keys, c.stream = tier, name, keys, keys.stream
+	if cfg.AffinityTTL > 0 {
+		c.conv = affinityKey(name, c.body)
+	}
 	if !s.admit(w, c) {
 		return false
 	}

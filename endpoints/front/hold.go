@@ -31,6 +31,7 @@ type queue struct {
 // waiter is one held request.
 type waiter struct {
 	model    string
+	conv     string // affinityKey of its conversation
 	deadline time.Time
 	size     int64
 	ch       chan grant // buffered: the dispatcher never blocks
@@ -111,12 +112,12 @@ func (s *Server) acquire(ctx context.Context, c *call) (*head, *refusal) {
 	q.mu.Lock()
 	t := s.tab.Load()
 	if !q.waitsFor(c.model) {
-		if h, _ := s.pick(t, c.tier, c.model); h != nil {
+		if h, _ := s.pick(t, c.tier, c.model, c.conv); h != nil {
 			q.mu.Unlock()
 			return h, nil
 		}
 	}
-	w := &waiter{model: c.model, deadline: c.deadline, longest: c.deadline, size: c.size, ch: make(chan grant, 1),
+	w := &waiter{model: c.model, conv: c.conv, deadline: c.deadline, longest: c.deadline, size: c.size, ch: make(chan grant, 1),
 		user: c.id.User, weight: s.weight(c), arrival: c.start}
 	if !c.holdAsked {
 		w.longest = maxTime(c.deadline, c.start.Add(s.cfg.Load().HoldMax))
@@ -265,7 +266,7 @@ func (s *Server) dispatchLocked(q *queue) {
 	for _, i := range s.order(q) {
 		w := q.waiters[i]
 		var g grant
-		if h, _ := s.pick(t, q.tier, w.model); h != nil {
+		if h, _ := s.pick(t, q.tier, w.model, w.conv); h != nil {
 			g = grant{head: h, after: q.written, written: make(chan struct{})}
 			q.written = g.written
 		} else if v := s.verdict(q.tier, s.until(t, q.tier, w)); !v.Hold {
@@ -304,24 +305,31 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 	return Decide(in)
 }
 
-// pick acquires the head of tier serving model with the fewest requests
-// in flight (nginx's least_conn) among those that take one more now
+// pick acquires the head of tier serving model for a request of the
+// conversation conv (affinityKey; "" for none): the head that served its
+// last turn (affinity.go) when it takes one more now and carries at most
+// its slots and its own queue's share above the least loaded; else the
+// head with the fewest requests in flight (nginx's least_conn) among those that take one more now
 // (head.capacity: its slots and its own queue's share), skipping
 // heads that failed within fail_timeout, and heads whose router says the
 // model failed while another does not. Ties go round the heads. nil when
 // none can take it now; busy then says that heads serve the model but
 // every one is full.
-func (s *Server) pick(t *table, tier, model string) (h *head, busy bool) {
-	h, full := s.choose(t, tier, model, s.rr.Add(1))
+func (s *Server) pick(t *table, tier, model, conv string) (h *head, busy bool) {
+	now, ttl := s.now(), s.cfg.Load().AffinityTTL
+	h, full := s.choose(t, tier, model, s.rr.Add(1), s.affinity.lookup(conv, now, ttl))
 	if h != nil {
 		h.inFlight.Add(1)
+		if ttl > 0 {
+			s.affinity.record(conv, h.key, now)
+		}
 	}
 	return h, full
 }
 
 // full reports whether heads serve model and every one is full.
 func (s *Server) full(t *table, tier, model string) bool {
-	_, full := s.choose(t, tier, model, 0)
+	_, full := s.choose(t, tier, model, 0, "")
 	return full
 }
 
@@ -347,8 +355,9 @@ func (s *Server) pickQueue(t *table, tier, model string) *head {
 }
 
 // choose is pick's choice, acquiring nothing; ties go to the head first
-// from turn (round robin).
-func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, full bool) {
+// from turn (round robin); prefer (a head's key, or "") is the
+// conversation's head, taken within its margin of the least loaded.
+func (s *Server) choose(t *table, tier, model string, turn uint64, prefer string) (best *head, full bool) {
 	hs := t.heads[tier]
 	if len(hs) == 0 {
 		return nil, false
@@ -357,6 +366,7 @@ func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, 
 	extra := int64(s.tierCfg(tier).HeadQueue)
 	start := int(turn % uint64(len(hs)))
 	bestFailed := false
+	var pref *head
 	for i := range hs {
 		h := hs[(start+i)%len(hs)]
 		if !h.serves(model) || h.failing(now) {
@@ -367,6 +377,9 @@ func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, 
 			continue
 		}
 		failed := h.failedModel(model)
+		if prefer != "" && h.key == prefer && !failed {
+			pref = h
+		}
 		if best == nil || (bestFailed && !failed) ||
 			(failed == bestFailed && h.load() < best.load()) {
 			best, bestFailed = h, failed
@@ -375,7 +388,27 @@ func (s *Server) choose(t *table, tier, model string, turn uint64) (best *head, 
 	if best != nil {
 		full = false
 	}
+	if pref != nil && pref != best && !bestFailed && pref.load() <= best.load()+affinityMargin(pref, extra) {
+		best = pref
+	}
 	return best, full
+}
+
+// affinityMargin is how much more than the least loaded head a
+// conversation's head may carry and still take its next turn: its slots
+// and its own queue's share (one, while its slots are not known).
+func affinityMargin(h *head, extra int64) int64 {
+	n := h.slots.Load()
+	if n <= 0 {
+		return 1
+	}
+	switch {
+	case extra == 0:
+		extra = n
+	case extra < 0:
+		extra = 0
+	}
+	return n + extra
 }
 
 // release ends a request's use of h; a request waiting for a slot of h's

@@ -290,7 +290,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) bool {
 	if tier == "" || tier == c.tier {
 		return false
 	}
-	h, _ := s.pick(s.tab.Load(), tier, name)
+	h, _ := s.pick(s.tab.Load(), tier, name, "")
 	if h == nil {
 		return false
 	}

@@ -50,6 +50,8 @@ type Server struct {
 	// bodyBytes counts the request bodies held now (max_body_bytes_in_flight).
 	access    *accessLog
 	bodyBytes atomic.Int64
+	// affinity is each conversation's last head (affinity.go).
+	affinity affinity
 	// feedsDone ends the held /models/sse feeds (StopFeeds).
 	feedsDone chan struct{}
 	stopFeeds sync.Once
