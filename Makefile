@@ -8,7 +8,7 @@
 #   make check          what CI runs: test packages (installs them as root), gofmt, vet, test,
 #                       shipped configs, e2e
 #   make bench          benchmarks, figures printed (root for the real-Slurm/nginx ones)
-#   make bench-real     a busy tier: direct, nginx, front door on the real llama-server (LLAMA_BIN, TINY_MODEL; skipped without)
+#   make bench-real     a busy tier (direct, nginx, front door) and a conversation's turns on 3 replicas, real llama-server (LLAMA_BIN, TINY_MODEL; skipped without)
 #   make demo           the whole thing end to end on this machine (root)
 #   make install        PREFIX=/usr/local DESTDIR=  binaries, configs, units, scripts
 #   make package        .rpm and .deb of slurm-llm-node and slurm-llm-controller into ./dist (nfpm)
@@ -127,7 +127,7 @@ bench-real:
 		echo "bench-real: skipped: LLAMA_BIN is not set (the bin directory of a llama.cpp build with llama-server; the model in TINY_MODEL or LLAMA_MODEL)"; \
 	else \
 		LLAMA_BIN=$(LLAMA_BIN) TINY_MODEL=$(TINY_MODEL) LLAMA_MODEL=$(LLAMA_MODEL) \
-		$(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkE2EFrontBusy$$' -benchtime 1x -timeout 30m -v ./endpoints/front; \
+		$(GO) test -tags e2e -count=1 -run '^$$' -bench 'BenchmarkE2EFrontBusy$$|BenchmarkE2ERealConversationAffinity' -benchtime 1x -timeout 30m -v ./endpoints/front; \
 	fi
 
 fuzz:

@@ -5,6 +5,7 @@ package front
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -38,7 +39,7 @@ type realServer struct {
 
 // startRealServer starts llama-server with the lane's model under alias,
 // with args, and waits until /health answers 200.
-func startRealServer(t *testing.T, alias string, args ...string) *realServer {
+func startRealServer(t testing.TB, alias string, args ...string) *realServer {
 	t.Helper()
 	bin, model := os.Getenv("LLAMA_BIN"), os.Getenv("LLAMA_MODEL")
 	if model == "" {
@@ -243,5 +244,76 @@ func TestE2ERealLlamaWebUI(t *testing.T) {
 	}
 	if st, err := os.Stat(shot); err != nil || st.Size() == 0 {
 		t.Errorf("no screenshot at %s: %v", shot, err)
+	}
+}
+
+// BenchmarkE2ERealConversationAffinity (issue 39, item 3; make
+// bench-real): a 5-turn conversation through the front door to three real
+// llama-servers of one tier (-np 1), each turn adding a user message of
+// about 250 tokens (about 1,500 in all) and an 8-token answer (llama.cpp's /completion with the
+// conversation as its prompt, which keys it by its first 512 bytes, and a
+// grammar: the random model's chat trips llama-server's output parser),
+// with affinity (affinity_ttl 30m) and without (0s: the least loaded head,
+// ties round the heads), and the same conversation on one head alone. It
+// reports each mode's turn-5 latency and how many prompt tokens the head
+// evaluated for it (timings.prompt_n: only the new turn when the head
+// holds the conversation, more when it last saw an earlier turn).
+func BenchmarkE2ERealConversationAffinity(b *testing.B) {
+	var servers []*realServer
+	for i := 0; i < 3; i++ {
+		servers = append(servers, startRealServer(b, "tiny", "-c", "4096", "-np", "1"))
+	}
+	system := strings.Repeat("The cluster shares its GPUs with science jobs, which always win them. ", 10)
+	doc := strings.Repeat("A tier is kept queued by the keeper and preempted by science; its stream is continued. ", 12)
+	run := func(ttl time.Duration, heads []*realServer, round int) (time.Duration, int) {
+		r := newRig(b, func(c *Config) { c.AffinityTTL = ttl })
+		now := time.Now()
+		rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
+		for i, s := range heads {
+			addHead(&rep, "fast", strconv.Itoa(i+1), s.addr, []string{s.alias}, now)
+		}
+		rep.Views = []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}
+		r.s.Update(rep)
+		prompt := fmt.Sprintf("Round %d. %s", round, system)
+		var last time.Duration
+		var promptN int
+		for turn := 1; turn <= 5; turn++ {
+			prompt += fmt.Sprintf("\nUser: %s Question %d?\nAssistant:", doc, turn)
+			body, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": prompt, "n_predict": 8,
+				"grammar": "root ::= [a-z ]+", "cache_prompt": true})
+			start := time.Now()
+			resp, err := http.Post(r.srv.URL+"/completion", "application/json", strings.NewReader(string(body)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ans struct {
+				Content string `json:"content"`
+				Timings struct {
+					PromptN int `json:"prompt_n"`
+				} `json:"timings"`
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err := json.Unmarshal(raw, &ans); err != nil || resp.StatusCode != http.StatusOK {
+				b.Fatalf("turn %d: %d %v: %s", turn, resp.StatusCode, err, raw)
+			}
+			last, promptN = time.Since(start), ans.Timings.PromptN
+			prompt += " " + ans.Content
+		}
+		return last, promptN
+	}
+	type mode struct {
+		name  string
+		ttl   time.Duration
+		heads []*realServer
+	}
+	modes := []mode{{"one_head", 0, servers[:1]}, {"affinity", 30 * time.Minute, servers}, {"least_loaded", 0, servers}}
+	for i := 0; i < b.N; i++ {
+		for j, m := range modes {
+			d, n := run(m.ttl, m.heads, i*len(modes)+j)
+			b.ReportMetric(float64(d.Microseconds())/1000, "turn5_ms_"+m.name)
+			b.ReportMetric(float64(n), "turn5_prompt_n_"+m.name)
+			b.Logf("%s: turn 5 answered in %v, %d prompt tokens evaluated", m.name, d, n)
+		}
 	}
 }
