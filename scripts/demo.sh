@@ -308,7 +308,7 @@ done
 say "the front door: one URL (:8090) for both tiers, routed by the request's model"
 front_tier() { # front_tier MODEL: the tier the front door's /v1/models names for MODEL
 	curl -sf --max-time 5 http://127.0.0.1:8090/v1/models |
-		tr '{' '\n' | grep -F "\"id\":\"$1\"" | sed -n 's/.*"tier":"\([^"]*\)".*/\1/p'
+		sed 's/"id":/\n"id":/g' | grep -F "\"id\":\"$1\"" | sed -n 's/.*"tier":"\([^"]*\)".*/\1/p'
 }
 lists_both() { [ "$(front_tier OR1-Behemoth)" = reasoning ] && [ "$(front_tier /var/lib/slurm-llm/models/fast-tiny.gguf)" = fast ]; }
 wait_for "the front door to list both tiers' models" 60 lists_both

@@ -395,7 +395,14 @@ type result struct {
 // chat posts one chat completion for model to base (stream: read as SSE
 // to the end, [DONE] required); hdr adds headers.
 func chat(c *http.Client, base, model string, stream bool, hdr ...string) result {
-	body := fmt.Sprintf(`{"model":%q,"stream":%v,"max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`, model, stream)
+	return chatSaying(c, base, model, "hello", stream, hdr...)
+}
+
+// chatSaying is chat with msg as the user's message: distinct messages are
+// distinct conversations, which the front door's affinity does not keep
+// on one head.
+func chatSaying(c *http.Client, base, model, msg string, stream bool, hdr ...string) result {
+	body := fmt.Sprintf(`{"model":%q,"stream":%v,"max_tokens":8,"messages":[{"role":"user","content":%q}]}`, model, stream, msg)
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -610,7 +617,9 @@ func TestE2EFrontRetriesARefusedConnection(t *testing.T) {
 	})
 	c := &http.Client{Timeout: 30 * time.Second}
 	for i := 0; i < 20; i++ {
-		if r := chat(c, w.url, "qwen-b", false); !r.ok() {
+		// Twenty conversations: one conversation's turns would all go to
+		// the head that answered its first (affinity), never to the other.
+		if r := chatSaying(c, w.url, "qwen-b", fmt.Sprint("hello ", i), false); !r.ok() {
 			t.Fatalf("request %d with one replica refusing: %v", i, r)
 		}
 	}
