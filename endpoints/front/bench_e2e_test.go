@@ -152,9 +152,30 @@ func (w *benchWorld) front(b *testing.B, cfg string, port int) (string, *exec.Cm
 // token.
 func latencies(b *testing.B, url, body string, keys []string, clients int, d time.Duration) []time.Duration {
 	b.Helper()
+	r := load(url, "/v1/chat/completions", body, keys, clients, d)
+	if r.failed > 0 {
+		b.Logf("%s: %v", url, r.first)
+		b.Fatalf("%s: %d requests failed", url, r.failed)
+	}
+	return r.lat
+}
+
+// loadResult is what one load run got: every 200's latency, sorted, how
+// many requests failed (an error, or another status), and the first
+// failure.
+type loadResult struct {
+	lat    []time.Duration
+	failed int
+	first  error
+}
+
+// load runs clients that post body to url+path for d, back to back, each
+// on its kept-alive connection (client i with keys[i%len(keys)] as its
+// bearer token, when given); a failed request is followed by a 10 ms
+// pause (a 503's Retry-After, shortened).
+func load(url, path, body string, keys []string, clients int, d time.Duration) loadResult {
 	var mu sync.Mutex
-	var all []time.Duration
-	var failed atomic.Int64
+	var res loadResult
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
 	for i := range clients {
@@ -164,8 +185,10 @@ func latencies(b *testing.B, url, body string, keys []string, clients int, d tim
 			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
 			defer c.CloseIdleConnections()
 			var mine []time.Duration
+			failed := 0
+			var first error
 			for time.Now().Before(end) {
-				req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				if len(keys) > 0 {
 					req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
@@ -180,24 +203,26 @@ func latencies(b *testing.B, url, body string, keys []string, clients int, d tim
 					}
 				}
 				if err != nil {
-					if failed.Add(1) == 1 {
-						b.Logf("%s: %v", url, err)
+					if failed++; first == nil {
+						first = err
 					}
+					time.Sleep(10 * time.Millisecond)
 					continue
 				}
 				mine = append(mine, time.Since(start))
 			}
 			mu.Lock()
-			all = append(all, mine...)
+			res.lat = append(res.lat, mine...)
+			res.failed += failed
+			if res.first == nil {
+				res.first = first
+			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	if f := failed.Load(); f > 0 {
-		b.Fatalf("%s: %d requests failed", url, f)
-	}
-	slices.Sort(all)
-	return all
+	slices.Sort(res.lat)
+	return res
 }
 
 func pct(s []time.Duration, p float64) time.Duration {

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -117,60 +115,9 @@ func completionBody(n int) string {
 	return fmt.Sprintf(`{"prompt":"hello","n_predict":%d,"ignore_eos":true,"grammar":"root ::= [a-z ]+","cache_prompt":false}`, n)
 }
 
-// busyResult is what one load run got: every 200's latency, sorted, and
-// how many answers were not 200.
-type busyResult struct {
-	lat    []time.Duration
-	failed int
-}
-
-// busyLoad runs clients that post body to url's /completion for d, back
-// to back, each on its kept-alive connection (client i with keys[i] as
-// its bearer token, when given).
-func busyLoad(url, body string, keys []string, clients int, d time.Duration) busyResult {
-	var mu sync.Mutex
-	var res busyResult
-	var failed atomic.Int64
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
-			defer c.CloseIdleConnections()
-			var mine []time.Duration
-			for time.Now().Before(end) {
-				req, _ := http.NewRequest(http.MethodPost, url+"/completion", strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				if len(keys) > 0 {
-					req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
-				}
-				start := time.Now()
-				resp, err := c.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("status %d", resp.StatusCode)
-					}
-				}
-				if err != nil {
-					failed.Add(1)
-					time.Sleep(10 * time.Millisecond) // a 503's Retry-After, shortened
-					continue
-				}
-				mine = append(mine, time.Since(start))
-			}
-			mu.Lock()
-			res.lat = append(res.lat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	slices.Sort(res.lat)
-	res.failed = int(failed.Load())
-	return res
+// busyLoad is load of llama.cpp's /completion.
+func busyLoad(url, body string, keys []string, clients int, d time.Duration) loadResult {
+	return load(url, "/completion", body, keys, clients, d)
 }
 
 // busyDoors starts nginx (the shipped site, one worker) and two front
@@ -260,7 +207,7 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			for _, run := range busyRuns() {
 				body := completionBody(run.tokens)
-				res := map[string]busyResult{}
+				res := map[string]loadResult{}
 				for _, t := range targets {
 					busyLoad(urls[t], body, keysOf(t), run.clients, 300*time.Millisecond) // warm up
 				}
@@ -329,7 +276,7 @@ func busyFlood(b *testing.B, head busyHead, np int, urls map[string]string, keys
 // the answers (the offered load is even), and the front door's non-200s.
 func busyShared(b *testing.B, head busyHead, np int, urls map[string]string, keys []string, round time.Duration) {
 	body := completionBody(1)
-	var viaNginx, viaFront busyResult
+	var viaNginx, viaFront loadResult
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); viaNginx = busyLoad(urls["nginx"], body, nil, 16, 4*round) }()
