@@ -402,13 +402,7 @@ func affinityMargin(h *head, extra int64) int64 {
 	if n <= 0 {
 		return 1
 	}
-	switch {
-	case extra == 0:
-		extra = n
-	case extra < 0:
-		extra = 0
-	}
-	return n + extra
+	return n + ownQueue(n, extra)
 }
 
 // release ends a request's use of h; a request waiting for a slot of h's

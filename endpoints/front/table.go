@@ -52,13 +52,20 @@ func (h *head) capacity(extra int64) int64 {
 	if n <= 0 {
 		return 0
 	}
+	return n + ownQueue(n, extra) + h.others.Load()
+}
+
+// ownQueue is how many of the front door's requests wait in the own
+// queue of a head of n slots, for head_queue extra: 0 is one per slot,
+// negative none.
+func ownQueue(n, extra int64) int64 {
 	switch {
 	case extra == 0:
-		extra = n
+		return n
 	case extra < 0:
-		extra = 0
+		return 0
 	}
-	return n + extra + h.others.Load()
+	return extra
 }
 
 // busy reports whether h has all the front door's requests it takes now
