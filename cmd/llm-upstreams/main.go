@@ -260,11 +260,7 @@ func runSync(cfg config.Config, log hclog.Logger) int {
 // runInit writes the placeholder upstream files a fresh install needs
 // before nginx loads the site (the packages' post-install step).
 func runInit(cfg config.Config, log hclog.Logger, stdout io.Writer) int {
-	var specs []nginx.TierSpec
-	for _, t := range cfg.TierSpecs() {
-		specs = append(specs, nginx.TierSpec{Name: t.Name, Backup: t.Backup, RetryAfter: t.RetryAfter})
-	}
-	wrote, err := nginx.WritePlaceholders(cfg.Nginx, specs, cfg.EndpointDir, generator())
+	wrote, err := nginx.WritePlaceholders(cfg.Nginx, cfg.TierSpecs(), cfg.EndpointDir, generator())
 	for _, p := range wrote {
 		fmt.Fprintf(stdout, "wrote %s (no live endpoint yet: 503 until a pass routes the tier)\n", p)
 	}

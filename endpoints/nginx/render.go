@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/tiers"
 )
 
 // Server parameters for every routed endpoint. A head that refuses or times
@@ -32,14 +33,11 @@ const (
 	fallbackServer = "127.0.0.1:9 down"
 )
 
-// TierSpec is a tier as configured: its name, the tier whose endpoints
-// serve it when it has none of its own (empty: no backup), and the
-// Retry-After its 503 sends (seconds; 0 means DefaultRetryAfter).
-type TierSpec struct {
-	Name       string
-	Backup     string
-	RetryAfter int
-}
+// TierSpec is a tier as Render takes it: the core's (tiers.TierSpec) —
+// its name, the tier whose endpoints serve it when it has none of its own
+// (empty: no backup), and the Retry-After its 503 sends (seconds; 0
+// means DefaultRetryAfter).
+type TierSpec = tiers.TierSpec
 
 // DefaultRetryAfter is the Retry-After (seconds) of a tier whose spec
 // gives none.
