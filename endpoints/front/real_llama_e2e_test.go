@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,12 +97,19 @@ func startRealServer(t testing.TB, alias string, args ...string) *realServer {
 	}
 }
 
-// routeReal routes tier fast to s alone.
-func (r *rig) routeReal(s *realServer) {
+// routeReal feeds the front door a pass routing each tier to its real
+// servers (all ready and live).
+func (r *rig) routeReal(byTier map[string][]*realServer) {
 	now := time.Now()
 	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
-	addHead(&rep, "fast", "1", s.addr, []string{s.alias}, now)
-	rep.Views = []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}
+	job := 0
+	for _, tier := range slices.Sorted(maps.Keys(byTier)) {
+		for _, s := range byTier[tier] {
+			job++
+			addHead(&rep, tier, strconv.Itoa(job), s.addr, []string{s.alias}, now)
+		}
+		rep.Views = append(rep.Views, tiers.TierView{Tier: tier, State: tiers.StateRouted, Reason: tiers.ReasonRouted})
+	}
 	r.s.Update(rep)
 }
 
@@ -122,7 +131,7 @@ func TestE2ERealLlamaCodeCompletion(t *testing.T) {
 		for _, stream := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s stream=%v", path, stream), func(t *testing.T) {
 				r := newRig(t, nil)
-				r.routeReal(s)
+				r.routeReal(map[string][]*realServer{"fast": {s}})
 				body := fmt.Sprintf(`{"model":%q,"stream":%v,"prompt":"hello there","input_prefix":"def f(","input_suffix":"):",`+
 					`"n_predict":6,"grammar":"root ::= [a-z ]+"}`, s.alias, stream)
 				code, answer := r.streamRawBody(path, body)
@@ -194,13 +203,7 @@ func TestE2ERealLlamaWebUI(t *testing.T) {
 	fast := startRealServer(t, "tiny-fast", "-n", "12")
 	reasoning := startRealServer(t, "tiny-reasoning", "-n", "12")
 	r := newRig(t, nil)
-	now := time.Now()
-	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
-	addHead(&rep, "fast", "1", fast.addr, []string{fast.alias}, now)
-	addHead(&rep, "reasoning", "2", reasoning.addr, []string{reasoning.alias}, now)
-	rep.Views = []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted},
-		{Tier: "reasoning", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}
-	r.s.Update(rep)
+	r.routeReal(map[string][]*realServer{"fast": {fast}, "reasoning": {reasoning}})
 	artifacts := filepath.Join(os.TempDir(), "slurm-llm-artifacts")
 	if err := os.MkdirAll(artifacts, 0o755); err != nil {
 		t.Fatal(err)
@@ -267,13 +270,7 @@ func BenchmarkE2ERealConversationAffinity(b *testing.B) {
 	doc := strings.Repeat("A tier is kept queued by the keeper and preempted by science; its stream is continued. ", 12)
 	run := func(ttl time.Duration, heads []*realServer, round int) (time.Duration, int) {
 		r := newRig(b, func(c *Config) { c.AffinityTTL = ttl })
-		now := time.Now()
-		rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{}}
-		for i, s := range heads {
-			addHead(&rep, "fast", strconv.Itoa(i+1), s.addr, []string{s.alias}, now)
-		}
-		rep.Views = []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}
-		r.s.Update(rep)
+		r.routeReal(map[string][]*realServer{"fast": heads})
 		prompt := fmt.Sprintf("Round %d. %s", round, system)
 		var last time.Duration
 		var promptN int
