@@ -2,7 +2,7 @@
 // (Debian's, driven by playwright-core), as a person would use llama-server's own UI (tools/ui):
 // waits for its message box; with MODEL, opens the model picker (the button showing one of the
 // models /v1/models lists) and picks MODEL; types MESSAGE, presses Enter, waits for the chat
-// request's answer to end and the page to settle, saves a screenshot, and prints one JSON line:
+// request's answer to end and the message to show, saves a screenshot, and prints one JSON line:
 // {"title":"...", "responses":["GET /path 200", ...], "errors":["..."], "listed":"the picker's
 // text", "chatModel":"the model the chat request named", "text":"the page's text"} or
 // {"error":"..."}. It knows of the page's markup only "a textarea" and "buttons with text".
@@ -51,7 +51,8 @@ try {
   await page.keyboard.press('Enter');
   const resp = await answered;
   await resp.finished();
-  await page.waitForLoadState('networkidle', { timeout: 30000 });
+  // Not 'networkidle': a page that takes the server for a router holds /models/sse open.
+  await page.waitForFunction((m) => document.body.innerText.includes(m), message, { timeout: 30000 });
   out.text = await page.innerText('body');
   await page.screenshot({ path: shot, fullPage: true });
 } catch (e) {
