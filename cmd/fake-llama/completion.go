@@ -124,7 +124,7 @@ func (s *server) newJob(req completionRequest, f format) job {
 	}
 	words := 0
 	if req.Prompt != nil { // a chat request has none: not a word "<nil>"
-		words = len(strings.Fields(fmt.Sprint(req.Prompt)))
+		words = len(strings.Fields(req.promptText()))
 	}
 	for _, m := range req.Messages {
 		words += len(strings.Fields(fmt.Sprint(m.Content)))
@@ -134,6 +134,13 @@ func (s *server) newJob(req completionRequest, f format) job {
 }
 
 func tokenText(i int) string { return fmt.Sprintf("tok%d ", i) }
+
+// tokenID is the id of the fake's token "tokI " (a /completion event's
+// "tokens", a prompt's ids).
+func tokenID(i int) int { return idBase + i }
+
+// idBase is the fake's id of "tok0 ".
+const idBase = 1_000_000
 
 // refusal is real llama-server's 400 for a continuation it cannot make
 // (measured 2026-11-24, Q8), or "".
@@ -178,7 +185,7 @@ func (req completionRequest) continuation() (first int, echo string) {
 		return len(strings.Fields(prefill)), echo
 	}
 	if req.Prompt != nil {
-		for _, w := range strings.Fields(fmt.Sprint(req.Prompt)) {
+		for _, w := range strings.Fields(req.promptText()) {
 			if _, err := fmt.Sscanf(w, "tok%d", new(int)); err == nil {
 				first++
 			}

@@ -76,8 +76,11 @@ type rawFormat struct{}
 
 func (rawFormat) first(job) any { return nil }
 
+// token is one event: its text, its token's id and the count so far, as
+// real sends them (FACTS.md Q14).
 func (rawFormat) token(j job, i int) any {
-	return map[string]any{"content": tokenText(j.first + i), "stop": false}
+	return map[string]any{"index": 0, "content": tokenText(j.first + i), "tokens": []int{tokenID(j.first + i)},
+		"stop": false, "id_slot": -1, "tokens_predicted": i + 1, "tokens_evaluated": j.prompt}
 }
 
 func (rawFormat) last(j job) any { return rawFormat{}.whole(j, "") }

@@ -313,9 +313,15 @@ func TestRawCompletion(t *testing.T) {
 		{name: "whole", body: `{"prompt":"hi","n_predict":2}`,
 			want: []string{`{"content":"tok0 tok1 ","model":"fake-model","stop":true,"stop_type":"limit","timings":{"predicted_n":2,"prompt_n":1},"tokens_evaluated":1,"tokens_predicted":2}`}},
 		{name: "streamed", body: `{"prompt":"hi","stream":true}`,
-			want: []string{`{"content":"tok0 ","stop":false}`, `{"content":"tok1 ","stop":false}`,
-				`{"content":"tok2 ","stop":false}`,
+			want: []string{`{"content":"tok0 ","id_slot":-1,"index":0,"stop":false,"tokens":[1000000],"tokens_evaluated":1,"tokens_predicted":1}`,
+				`{"content":"tok1 ","id_slot":-1,"index":0,"stop":false,"tokens":[1000001],"tokens_evaluated":1,"tokens_predicted":2}`,
+				`{"content":"tok2 ","id_slot":-1,"index":0,"stop":false,"tokens":[1000002],"tokens_evaluated":1,"tokens_predicted":3}`,
 				`{"content":"","model":"fake-model","stop":true,"stop_type":"limit","timings":{"predicted_n":3,"prompt_n":1},"tokens_evaluated":1,"tokens_predicted":3}`}},
+		// a prompt of a string and the fake's own ids (Q14) goes on from
+		// them; its slot holds "hi" and the streamed answer: 1 evaluated
+		{name: "mixed prompt", body: `{"prompt":["hi ",1000000,1000001],"n_predict":1,"stream":true}`,
+			want: []string{`{"content":"tok2 ","id_slot":-1,"index":0,"stop":false,"tokens":[1000002],"tokens_evaluated":3,"tokens_predicted":1}`,
+				`{"content":"","model":"fake-model","stop":true,"stop_type":"limit","timings":{"predicted_n":1,"prompt_n":1},"tokens_evaluated":3,"tokens_predicted":1}`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

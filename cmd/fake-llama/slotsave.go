@@ -160,8 +160,26 @@ func (s *server) handleApplyTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 // promptText is the text of a request's prompt: a /completion prompt as
-// it is, a chat request's messages through the fake's template.
+// it is (one prompt of strings and token ids as its text: the fake's ids
+// as their "tokN " words, FACTS.md Q14), a chat request's messages
+// through the fake's template.
 func (req completionRequest) promptText() string {
+	if parts, ok := req.Prompt.([]any); ok {
+		var b strings.Builder
+		for _, p := range parts {
+			switch p := p.(type) {
+			case string:
+				b.WriteString(p)
+			case float64:
+				if int(p) >= idBase {
+					b.WriteString(tokenText(int(p) - idBase))
+				} else {
+					fmt.Fprintf(&b, "<%d> ", int(p))
+				}
+			}
+		}
+		return b.String()
+	}
 	if req.Prompt != nil {
 		return fmt.Sprint(req.Prompt)
 	}
