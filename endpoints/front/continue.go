@@ -153,6 +153,7 @@ type splicer struct {
 	finished    bool // a finish reason (chat) or "stop": true (/completion)
 	toolCall    bool
 	beforeSplit int    // tokens the client had when the current continuation began
+	ids         rawIDs // a /completion answer's token ids (rawids.go)
 	echo        string // text a continuation's first delta may repeat
 	cutAt       time.Time
 	heads       []string
@@ -465,7 +466,8 @@ func (sp *splicer) start(h *head, why string) bool {
 	}
 	sp.head, sp.cur = h, resp.Body
 	sp.rd.Reset(resp.Body)
-	sp.spliced, sp.beforeSplit, sp.echo = true, sp.tokens, string(sp.content)
+	sp.spliced, sp.beforeSplit, sp.echo = true, sp.sentTokens(), string(sp.content)
+	sp.ids.switched()
 	sp.lastToken = time.Time{} // the pause is llm_front_continuation_pause_seconds', not a token's
 	fmt.Fprintf(&sp.out, ": slurm-llm: continued on %s %s (%s)\n\n", sp.c.tier, h.addr, oneLine(why))
 	restored := slot >= 0
@@ -503,8 +505,8 @@ func headerForHead(in http.Header) http.Header {
 
 // continuation is the request to send again: with the answer so far as
 // the assistant's message to continue (chat) or appended to the prompt
-// (/completion), and the token limit lowered by what was generated (as h
-// tokenizes it, or by the chunks counted when it cannot say); pinned to
+// (/completion: its token ids when known, else its text), and the token
+// limit lowered by what was generated (sp.generated); pinned to
 // slot (id_slot) when h restored the conversation's saved slot there
 // (restore.go; -1: none).
 func (sp *splicer) continuation(h *head, slot int) ([]byte, error) {
@@ -529,6 +531,14 @@ func (sp *splicer) continuation(h *head, slot int) ([]byte, error) {
 			}
 			set(key, limit-used)
 		}
+	}
+	if sp.kind.raw() && sp.ids.exact() {
+		prompt, ok := sp.ids.prompt(body["prompt"])
+		if !ok {
+			return nil, errors.New("its prompt is neither a string nor one prompt of token ids")
+		}
+		body["prompt"] = prompt
+		return json.Marshal(body)
 	}
 	if sp.kind.raw() {
 		var prompt string
@@ -594,11 +604,15 @@ func textOf(raw json.RawMessage) string {
 // has.
 const tokenizeTimeout = 2 * time.Second
 
-// generated is how many tokens the client received: as h's /tokenize
-// counts the text (a chunk may carry more than one token: llama-server
-// holds back a token that ends inside a UTF-8 character and sends it with
-// the next), or the chunks counted when h does not answer.
+// generated is how many tokens the client received: its token ids when
+// a /completion's are known (rawids.go); else as h's /tokenize counts the
+// text (a chunk may carry more than one token: llama-server holds back a
+// token that ends inside a UTF-8 character and sends it with the next),
+// or the chunks counted when h does not answer.
 func (sp *splicer) generated(h *head) int {
+	if sp.kind.raw() && sp.ids.exact() {
+		return len(sp.ids.sent)
+	}
 	text := string(sp.reasoning) + string(sp.content)
 	ctx, cancel := context.WithTimeout(sp.ctx, tokenizeTimeout)
 	defer cancel()
@@ -617,6 +631,15 @@ func (sp *splicer) generated(h *head) int {
 		return sp.tokens
 	}
 	return max(len(doc.Tokens), sp.tokens)
+}
+
+// sentTokens is how many tokens the client has: its token ids when known,
+// else the events that brought text.
+func (sp *splicer) sentTokens() int {
+	if sp.kind.raw() && sp.ids.exact() {
+		return len(sp.ids.sent)
+	}
+	return sp.tokens
 }
 
 func roleOf(m map[string]json.RawMessage) string {
@@ -914,12 +937,14 @@ func (sp *splicer) tokenSeen() {
 // takeRaw handles one /completion event; its last one (stop) carries
 // the answer's tokens and why it stopped.
 func (sp *splicer) takeRaw(ev, data []byte) {
-	var content, failed, predicted, evaluated, stopType []byte
+	var content, failed, predicted, evaluated, stopType, ids []byte
 	var stop bool
 	err := eachKey(data, func(key, val []byte, _ int) bool {
 		switch {
 		case keyIs(key, "content"):
 			content = val
+		case keyIs(key, "tokens"):
+			ids = val
 		case keyIs(key, "stop"):
 			stop = string(val) == "true"
 		case keyIs(key, "error"):
@@ -943,6 +968,9 @@ func (sp *splicer) takeRaw(ev, data []byte) {
 	if appendText(&sp.content, content) {
 		sp.tokens++
 		sp.tokenSeen()
+	}
+	if !stop && sp.refuse == "" {
+		sp.ids.note(ids, predicted, content)
 	}
 	if stop {
 		sp.finished = true

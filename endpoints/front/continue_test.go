@@ -292,6 +292,106 @@ func TestContinuesACompletion(t *testing.T) {
 	}
 }
 
+// A /completion whose events name their tokens (llama-server's, FACTS.md
+// Q14) is continued by those ids after its prompt, not by its text: the
+// next head goes on from the very tokens the first had. When an event
+// named fewer tokens than it brought (a token held inside a UTF-8
+// character), the ids are not all known and the text is sent as before.
+func TestContinuesACompletionByItsTokenIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		pairs      bool
+		want       any
+		wantText   string
+		wantNPred  float64
+		wantCounts [2]int // the last event's tokens_predicted, tokens_evaluated
+	}{
+		{"ids", false, []any{"count ", float64(idBase), float64(idBase + 1)}, "t0 t1 t2 t3 ", 2, [2]int{4, 1}},
+		// (the test head's pairs count as one token each against n_predict:
+		// only what is sent is checked)
+		{"a token held", true, "count t0 t1 t2 t3 ", "", 4, [2]int{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, nil)
+			a, b := newTestHead(t, "fast", "101", "qwen-a"), newTestHead(t, "fast", "102", "qwen-a")
+			a.tokens, b.tokens, a.ids, b.ids, a.pairs, b.pairs = 9, 9, true, true, tc.pairs, tc.pairs
+			var last map[string]any
+			got := r.cutOnto(a, b, func() (answer, error) {
+				resp, err := http.Post(r.srv.URL+"/completion", "application/json", strings.NewReader(`{"model":"qwen-a","stream":true,"n_predict":`+fmt.Sprint(2*tc.wantNPred)+`,"prompt":"count "}`))
+				if err != nil {
+					return answer{}, err
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				var a answer
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(line, "data: ") {
+						var ev map[string]any
+						if json.Unmarshal([]byte(line[6:]), &ev) == nil {
+							a.text += fmt.Sprint(ev["content"])
+							last = ev
+						}
+					}
+				}
+				return a, nil
+			})
+			if tc.wantText != "" && got.text != tc.wantText {
+				t.Errorf("answer %q, want %q", got.text, tc.wantText)
+			}
+			if tc.wantText != "" && (last["tokens_predicted"] != float64(tc.wantCounts[0]) || last["tokens_evaluated"] != float64(tc.wantCounts[1])) {
+				t.Errorf("last event %v, want tokens_predicted %d and tokens_evaluated %d", last, tc.wantCounts[0], tc.wantCounts[1])
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			cont := b.bodies[len(b.bodies)-1]
+			if diff := cmp.Diff(tc.want, cont["prompt"]); diff != "" || cont["n_predict"] != tc.wantNPred {
+				t.Errorf("continuation sent: %v (prompt -want +got:\n%s)", cont, diff)
+			}
+		})
+	}
+}
+
+// A token held back (its event brings "" while a stop word is matched)
+// is not the client's: the continuation's ids stop before it, and a head
+// that sends no ids, or an event whose ids fall short of its count, leaves
+// them unknown.
+func TestRawIDsFollowWhatTheClientHas(t *testing.T) {
+	var r rawIDs
+	r.note([]byte(`[7]`), []byte(`1`), []byte(`"a"`))
+	r.note([]byte(`[8]`), []byte(`2`), []byte(`""`))
+	if !r.exact() || !cmp.Equal(r.sent, []int64{7}) {
+		t.Errorf("after a held token: exact %v, sent %v; want [7]", r.exact(), r.sent)
+	}
+	p, ok := r.prompt(json.RawMessage(`[1,"x"]`))
+	if !ok || string(p) != `[1,"x",7]` {
+		t.Errorf("prompt of a mixed prompt: %s %v", p, ok)
+	}
+	if _, ok := r.prompt(json.RawMessage(`["x","y"]`)); ok {
+		t.Error("several prompts taken for one")
+	}
+	r.note([]byte(`[9]`), []byte(`3`), []byte(`"bc"`))
+	if !cmp.Equal(r.sent, []int64{7, 8, 9}) {
+		t.Errorf("sent %v once the held text came, want [7 8 9]", r.sent)
+	}
+	r.switched()
+	r.note([]byte(`[10]`), []byte(`1`), []byte(`"d"`))
+	if !r.exact() || len(r.sent) != 4 {
+		t.Errorf("a continuation's first token: exact %v, sent %v", r.exact(), r.sent)
+	}
+	r.note([]byte(`[12]`), []byte(`3`), []byte(`"ef"`))
+	if r.exact() {
+		t.Error("an event naming one of two tokens left the ids exact")
+	}
+	var none rawIDs
+	none.note(nil, []byte(`1`), []byte(`"a"`))
+	if none.exact() {
+		t.Error("events without ids left them exact")
+	}
+	if (&rawIDs{}).exact() {
+		t.Error("no event taken, yet exact")
+	}
+}
+
 // Only where it is right: a stream asking for structured output, for
 // logprobs, or for several choices is not continued; nor one off by config:
 // the client's answer ends with an error event saying why.

@@ -41,6 +41,10 @@ type testHead struct {
 	// two tokens in each chunk (llama-server holds a token that ends
 	// inside a UTF-8 character back and sends it with the next).
 	multiline, pairs bool
+	// ids gives each /completion event its token's id (idBase+N for "tN ",
+	// FACTS.md Q14) and tokens_predicted; with pairs, an event names only
+	// its second token, as llama-server does after a held one.
+	ids bool
 	// bodies are the requests as received.
 	bodies []map[string]any
 	// echo: a continuation's first delta repeats the prefill (llama-server's
@@ -81,11 +85,11 @@ func (h *testHead) requests() []string {
 }
 
 type chatReq struct {
-	Model     string `json:"model"`
-	Stream    bool   `json:"stream"`
-	MaxTokens int    `json:"max_tokens"`
-	NPredict  int    `json:"n_predict"`
-	Prompt    string `json:"prompt"`
+	Model     string    `json:"model"`
+	Stream    bool      `json:"stream"`
+	MaxTokens int       `json:"max_tokens"`
+	NPredict  int       `json:"n_predict"`
+	Prompt    rawPrompt `json:"prompt"`
 	Messages  []struct {
 		Role    string      `json:"role"`
 		Content textContent `json:"content"`
@@ -191,6 +195,37 @@ func (h *testHead) serve(w http.ResponseWriter, r *http.Request) {
 	h.stream(w, r, req, mode, gate, echo, tokens)
 }
 
+// idBase is the test head's id of its token "t0 ".
+const idBase = 500
+
+// rawPrompt is a /completion prompt: a string, or one prompt of token ids
+// and strings (llama-server's mixed prompt, FACTS.md Q14); text is it as
+// text, the test head's ids as their "tN " words.
+type rawPrompt struct {
+	raw  json.RawMessage
+	text string
+}
+
+func (p *rawPrompt) UnmarshalJSON(b []byte) error {
+	p.raw = append(json.RawMessage(nil), b...)
+	if json.Unmarshal(b, &p.text) == nil {
+		return nil
+	}
+	var parts []any
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return err
+	}
+	for _, e := range parts {
+		switch e := e.(type) {
+		case string:
+			p.text += e
+		case float64:
+			p.text += fmt.Sprintf("t%d ", int(e)-idBase)
+		}
+	}
+	return nil
+}
+
 // stream answers as llama-server streams (FACTS.md Q8): a role chunk, a
 // chunk per token ("tN ", numbered on from a prefill's words, the first
 // led by the prefill when echo is set), a finish chunk, a usage chunk when
@@ -202,7 +237,7 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 	raw := r.URL.Path == "/completion" || r.URL.Path == "/completions" || r.URL.Path == "/infill"
 	id := "c-" + h.job
 	h.mu.Lock()
-	multiline, pairs := h.multiline, h.pairs
+	multiline, pairs, ids := h.multiline, h.pairs, h.ids
 	h.mu.Unlock()
 	send := func(v any) {
 		b, _ := json.Marshal(v)
@@ -233,7 +268,7 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 		first = len(strings.Fields(prefill))
 	}
 	if raw {
-		for _, w := range strings.Fields(req.Prompt) {
+		for _, w := range strings.Fields(req.Prompt.text) {
 			if _, err := fmt.Sscanf(w, "t%d", new(int)); err == nil {
 				first++
 			}
@@ -284,14 +319,20 @@ func (h *testHead) stream(w http.ResponseWriter, r *http.Request, req chatReq, m
 				"function": map[string]any{"name": "get_weather", "arguments": "{\"ci"}}}}, nil))
 			continue
 		}
-		if raw {
+		if raw && ids {
+			k := first + i
+			if pairs {
+				k = first + 2*i + 1
+			}
+			send(map[string]any{"content": text, "tokens": []int{idBase + k}, "stop": false, "tokens_predicted": k - first + 1})
+		} else if raw {
 			send(map[string]any{"content": text, "stop": false})
 		} else {
 			send(chunk(map[string]any{"content": text}, nil))
 		}
 	}
 	if raw {
-		send(map[string]any{"content": "", "stop": true, "model": req.Model, "tokens_predicted": n, "tokens_evaluated": len(strings.Fields(req.Prompt))})
+		send(map[string]any{"content": "", "stop": true, "model": req.Model, "tokens_predicted": n, "tokens_evaluated": len(strings.Fields(req.Prompt.text))})
 		return
 	}
 	send(chunk(map[string]any{}, finish))
