@@ -108,7 +108,8 @@ func freeSlot(slots []kvsave.Slot) int {
 }
 
 // conversationKey is the key of the cut request's prompt, as the head's
-// /slots showed it when it was saved: a /completion prompt as it is; chat
+// /slots showed it when it was saved: a /completion prompt as it is (with
+// the answer's text a continuation sent it with); chat
 // messages (those before the client's own trailing assistant message, if
 // any) through the head's template (/apply-template).
 func (sp *splicer) conversationKey(ctx context.Context, c *http.Client, base string, hdr http.Header) (string, error) {
@@ -120,6 +121,12 @@ func (sp *splicer) conversationKey(ctx context.Context, c *http.Client, base str
 		var prompt string
 		if err := json.Unmarshal(body["prompt"], &prompt); err != nil {
 			return "", errors.New("the prompt is not a plain string")
+		}
+		if sp.spliced {
+			// the head now cut had a continuation: its prompt went on with
+			// the text the client had then (echo), whose first KeyBytes the
+			// drain keyed its slot by
+			prompt += sp.echo
 		}
 		return kvsave.Key(prompt), nil
 	}
