@@ -71,7 +71,7 @@ e2e-real:
 		echo "e2e-real: skipped: LLAMA_BIN is not set (the bin directory of a llama.cpp build with llama-server and ggml-rpc-server; the model in TINY_MODEL or LLAMA_MODEL)"; \
 	else \
 		$(MAKE) --no-print-directory cluster-up CLUSTER_MODE=netns && \
-		$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'TestE2ERealLlama|TestRealLlamaApply' -v ./cmd/llm-supervisor ./endpoints/front; \
+		$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) -run 'TestE2ERealLlama|TestRealLlamaApply' -v ./cmd/llm-supervisor ./cmd/llm-upstreams ./endpoints/front; \
 	fi
 
 # The Slurm 24.11 lane (README): Debian 13's slurm-wlm and munge in a root made once with

@@ -77,6 +77,11 @@ type frontOpts struct {
 	// slots) that saves its slots at the drain into <dir>/kv, which the
 	// front door reads ([head] and [front] slot_save_dir).
 	slotSave bool
+	// real runs that single-model head as a real llama-server of this
+	// build (the real lane; with slotSave): realArgs are its flags after
+	// the model, alias and address.
+	real     *realLlama
+	realArgs []string
 }
 
 type frontWorld struct {
@@ -89,6 +94,7 @@ type frontWorld struct {
 	ucfg     config.Config
 	url      string // the front door, http://127.0.0.1:PORT
 	nginx    *nginxtest.Nginx
+	access   *accessLog
 	closed   sync.Once
 	passes   atomic.Int64 // the front door's passes
 	routings atomic.Int64 // passes that changed what the front door routes
@@ -123,6 +129,9 @@ func newFrontWorld(t testing.TB, o frontOpts) *frontWorld {
 		}
 		fast = frontTier(w.dir, "fast", freePort(t), "-m", w.dir+"/models/qwen-a.gguf", "--alias", "qwen-a", "--parallel", "2",
 			"--fake-load-time", "200ms", "--fake-tokens", strconv.Itoa(tokens), "--fake-token-rate", strconv.Itoa(rate))
+		if o.real != nil {
+			fast = o.real.tier(w.dir, "fast", freePort(t), append([]string{"-m", o.real.model, "--alias", "qwen-a"}, o.realArgs...)...)
+		}
 		fast = strings.Replace(fast, "\n[timeouts]", fmt.Sprintf("slot_save_dir = %q\n\n[timeouts]", kv), 1)
 		frontSlots = fmt.Sprintf("slot_save_dir = %q\n", kv)
 	}
@@ -266,7 +275,8 @@ func pidsOf(pattern string) []int {
 // config's limits; all until the controller shuts down.
 func (w *frontWorld) startFront(cfg config.Config) {
 	w.t.Helper()
-	w.fd = front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger(), AccessLog: &accessLog{w: w}})
+	w.access = &accessLog{w: w}
+	w.fd = front.New(cfg.Front, front.Options{Log: hclog.NewNullLogger(), AccessLog: w.access})
 	var last atomic.Value
 	count := tiers.ConsumerFunc(func(_ context.Context, rep *tiers.Report) error {
 		w.passes.Add(1)
