@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/rawconn"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -110,13 +111,13 @@ func New(cfg Config, opts Options) *Server {
 }
 
 // headTransport is the transport to the heads: a bounded connect (its
-// connections' reads and writes raw system calls, rawconn_linux.go), many
+// connections' reads and writes raw system calls: package rawconn), many
 // idle connections per head (a head serves many clients through one front
 // door), idle ones dropped before llama-server's keep-alive timeout (5 s
 // in cpp-httplib) would close them under a request.
 func headTransport(connect time.Duration) *http.Transport {
 	return &http.Transport{
-		DialContext:         rawDialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}),
+		DialContext:         rawconn.Dialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     3 * time.Second,
