@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"slurm-llm/endpoints/front/wire"
 )
 
 // A stream cut before its end (its head stopped by a drain's deadline,
@@ -83,20 +85,20 @@ func (k streamKind) counted() bool { return k == streamChat || k == streamText }
 // its body's keys alone; "" when it may be. What does not constrain the
 // answer does not refuse it: "grammar": "", "response_format": {"type":
 // "text"}, "logprobs": false.
-func refusedBecause(kind streamKind, k reqKeys) string {
+func refusedBecause(kind streamKind, k wire.Keys) string {
 	if kind == streamInfill {
 		return "an /infill answer is not continued: its prompt is built from input_prefix and input_suffix"
 	}
 	if kind != streamChat && kind != streamRaw {
 		return "only /v1/chat/completions and /completion streams are continued"
 	}
-	num := func(raw []byte) float64 { f, _ := numberValue(raw); return f }
+	num := func(raw []byte) float64 { f, _ := wire.NumberValue(raw); return f }
 	switch {
-	case num(k.n) > 1:
+	case num(k.N) > 1:
 		return "it asks for more than one choice (n)"
-	case string(k.logprobs) == "true" || num(k.logprobs) > 0 || num(k.nProbs) > 0 || num(k.topLogprobs) > 0:
+	case string(k.Logprobs) == "true" || num(k.Logprobs) > 0 || num(k.NProbs) > 0 || num(k.TopLogprobs) > 0:
 		return "it asks for logprobs, whose continuity cannot be promised"
-	case constrains(k.grammar) || constrains(k.jsonSchema) || formatConstrains(k.responseFormat):
+	case constrains(k.Grammar) || constrains(k.JSONSchema) || formatConstrains(k.ResponseFormat):
 		return "structured output (a grammar, a JSON schema, a response_format) is not continued: its grammar would start over mid-answer"
 	}
 	return ""
@@ -115,7 +117,7 @@ func constrains(raw []byte) bool {
 // formatConstrains reports whether a response_format constrains the
 // answer: any but {"type": "text"} (or none).
 func formatConstrains(raw []byte) bool {
-	if isNull(raw) {
+	if wire.IsNull(raw) {
 		return false
 	}
 	var f struct {
@@ -632,7 +634,7 @@ func (sp *splicer) fail(result, why string) {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "the answer was cut: " + why,
 		"type": "server_error", "code": http.StatusBadGateway}})
 	fmt.Fprintf(&sp.out, "data: %s\n\n", b)
-	sp.c.outcome, sp.c.why, sp.c.finish = OutcomeCut, why, finishCut
+	sp.c.outcome, sp.c.why, sp.c.tally.Finish = OutcomeCut, why, finishCut
 	sp.end = true
 }
 
@@ -643,10 +645,10 @@ func (sp *splicer) Close() error {
 		if !sp.end && !sp.finished {
 			sp.c.gone = true // closed before its end: the client left
 		}
-		if !sp.c.counted && sp.tokens > 0 {
+		if !sp.c.tally.Counted && sp.tokens > 0 {
 			// The head gave no usage: the tokens the client got, counted by
 			// their chunks (a prompt unknown).
-			sp.c.completion, sp.c.counted = sp.tokens, true
+			sp.c.tally.Completion, sp.c.tally.Counted = sp.tokens, true
 		}
 		sp.closeCur()
 		sp.releaseHead()
@@ -689,7 +691,7 @@ func (sp *splicer) take(ev []byte) {
 	case e.failed:
 		// The head ended the answer with an error of its own: its
 		// answer's end, not a cut to continue.
-		sp.finished, sp.c.finish = true, finishError
+		sp.finished, sp.c.tally.Finish = true, wire.FinishError
 		sp.out.Write(ev)
 		return
 	case e.data == nil:
@@ -726,29 +728,29 @@ type chunkInfo struct {
 // scanChat reads a chat chunk's keys; ok is false when data is not a JSON
 // object.
 func scanChat(data []byte) (ci chunkInfo, ok bool) {
-	err := eachKey(data, func(key, val []byte, _ int) bool {
+	err := wire.EachKey(data, func(key, val []byte, _ int) bool {
 		switch {
-		case keyIs(key, "choices"):
+		case wire.KeyIs(key, "choices"):
 			ci.usageOnly = string(bytes.TrimSpace(val)) == "[]"
 			first := true
-			eachElem(val, func(choice []byte) bool {
-				_ = eachKey(choice, func(key, val []byte, _ int) bool {
+			wire.EachElem(val, func(choice []byte) bool {
+				_ = wire.EachKey(choice, func(key, val []byte, _ int) bool {
 					switch {
-					case keyIs(key, "delta") && first:
-						_ = eachKey(val, func(key, val []byte, _ int) bool {
+					case wire.KeyIs(key, "delta") && first:
+						_ = wire.EachKey(val, func(key, val []byte, _ int) bool {
 							switch {
-							case keyIs(key, "content"):
+							case wire.KeyIs(key, "content"):
 								ci.content = val
-							case keyIs(key, "reasoning_content"):
+							case wire.KeyIs(key, "reasoning_content"):
 								ci.reasoning = val
-							case keyIs(key, "tool_calls"):
-								ci.toolCall = !isNull(val) && string(val) != "[]"
+							case wire.KeyIs(key, "tool_calls"):
+								ci.toolCall = !wire.IsNull(val) && string(val) != "[]"
 							}
 							return true
 						})
-					case keyIs(key, "text") && first: // a completion's chunk
+					case wire.KeyIs(key, "text") && first: // a completion's chunk
 						ci.content = val
-					case keyIs(key, "finish_reason") && !isNull(val):
+					case wire.KeyIs(key, "finish_reason") && !wire.IsNull(val):
 						if !ci.finish {
 							ci.finishReason = val
 						}
@@ -759,15 +761,15 @@ func scanChat(data []byte) (ci chunkInfo, ok bool) {
 				first = false
 				return true
 			})
-		case keyIs(key, "id"):
+		case wire.KeyIs(key, "id"):
 			ci.id = val
-		case keyIs(key, "model"):
+		case wire.KeyIs(key, "model"):
 			ci.model = val
-		case keyIs(key, "created"):
+		case wire.KeyIs(key, "created"):
 			ci.created = val
-		case keyIs(key, "error"):
+		case wire.KeyIs(key, "error"):
 			ci.failed = true
-		case keyIs(key, "usage") && !isNull(val):
+		case wire.KeyIs(key, "usage") && !wire.IsNull(val):
 			ci.usage = val
 		}
 		return true
@@ -776,28 +778,18 @@ func scanChat(data []byte) (ci chunkInfo, ok bool) {
 	return ci, err == nil
 }
 
-// appendText appends the text of a raw JSON string value to dst; it
-// reports whether there was any.
-func appendText(dst *[]byte, raw []byte) bool {
-	if len(raw) < 3 || raw[0] != '"' {
-		return false // absent, null, or ""
-	}
-	*dst, _ = appendUnquoted(*dst, raw[1:len(raw)-1])
-	return true
-}
-
 // takeChat handles one chat chunk: passed on as it came from the first
 // head; a continuation's rewritten into the first answer's.
 func (sp *splicer) takeChat(ev, data []byte) {
 	if !sp.spliced {
 		ci, ok := scanChat(data)
 		if ok && ci.failed {
-			sp.finished, sp.c.finish = true, finishError // the head's own error: its answer's end
+			sp.finished, sp.c.tally.Finish = true, wire.FinishError // the head's own error: its answer's end
 		}
 		if ok && !ci.failed {
 			if sp.id == "" {
-				sp.id, _ = stringValue(ci.id)
-				sp.model, _ = stringValue(ci.model)
+				sp.id, _ = wire.StringValue(ci.id)
+				sp.model, _ = wire.StringValue(ci.model)
 				sp.created = bytes.Clone(ci.created)
 			}
 			sp.note(ci.content, ci.reasoning, ci.toolCall, ci.finish)
@@ -815,7 +807,7 @@ func (sp *splicer) takeChat(ev, data []byte) {
 		return
 	}
 	if _, failed := obj["error"]; failed {
-		sp.finished, sp.c.finish = true, finishError
+		sp.finished, sp.c.tally.Finish = true, wire.FinishError
 		sp.out.Write(ev)
 		return
 	}
@@ -826,14 +818,14 @@ func (sp *splicer) takeChat(ev, data []byte) {
 // holds it goes to the client: not a chunk of usage alone (no choices)
 // that the front door asked for and the client did not.
 func (sp *splicer) takeUsage(raw []byte, alone bool) bool {
-	sp.c.takeUsage(raw)
+	sp.c.tally.TakeUsage(raw)
 	return !alone || !sp.c.usageAsked
 }
 
 // noteFinish records a chunk's finish reason.
 func (sp *splicer) noteFinish(raw []byte) {
-	if r, ok := stringValue(raw); ok && r != "" {
-		sp.c.finish = r
+	if r, ok := wire.StringValue(raw); ok && r != "" {
+		sp.c.tally.Finish = r
 	}
 }
 
@@ -848,8 +840,8 @@ func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 		delta := map[string]json.RawMessage{}
 		_ = json.Unmarshal(ch["delta"], &delta)
 		delete(delta, "role")
-		if c, ok := delta["content"]; ok && !isNull(c) {
-			text, _ := stringValue(c)
+		if c, ok := delta["content"]; ok && !wire.IsNull(c) {
+			text, _ := wire.StringValue(c)
 			if sp.echo != "" {
 				text = strings.TrimPrefix(text, sp.echo)
 				sp.echo = ""
@@ -860,7 +852,7 @@ func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 				delta["content"], _ = json.Marshal(text)
 			}
 		}
-		finish := !isNull(ch["finish_reason"])
+		finish := !wire.IsNull(ch["finish_reason"])
 		if finish {
 			sp.noteFinish(ch["finish_reason"])
 		}
@@ -870,14 +862,14 @@ func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 		ch["delta"], _ = json.Marshal(delta)
 		keep = append(keep, ch)
 		tc := delta["tool_calls"]
-		sp.note(delta["content"], delta["reasoning_content"], !isNull(tc) && string(tc) != "[]", finish)
+		sp.note(delta["content"], delta["reasoning_content"], !wire.IsNull(tc) && string(tc) != "[]", finish)
 	}
 	if len(raw) > 0 && len(keep) == 0 {
 		return
 	}
 	obj["choices"], _ = json.Marshal(keep)
 	sp.restamp(obj)
-	if u, ok := obj["usage"]; ok && !isNull(u) {
+	if u, ok := obj["usage"]; ok && !wire.IsNull(u) {
 		obj["usage"] = sp.usage(u)
 		if !sp.takeUsage(obj["usage"], len(raw) == 0) {
 			return
@@ -888,8 +880,8 @@ func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
 
 // note records a delta the client receives (raw JSON strings).
 func (sp *splicer) note(content, reasoning []byte, toolCall, finished bool) {
-	text := appendText(&sp.content, content)
-	if appendText(&sp.reasoning, reasoning) || text {
+	text := wire.AppendText(&sp.content, content)
+	if wire.AppendText(&sp.reasoning, reasoning) || text {
 		sp.tokens++
 		sp.tokenSeen()
 	}
@@ -916,43 +908,43 @@ func (sp *splicer) tokenSeen() {
 func (sp *splicer) takeRaw(ev, data []byte) {
 	var content, failed, predicted, evaluated, stopType []byte
 	var stop bool
-	err := eachKey(data, func(key, val []byte, _ int) bool {
+	err := wire.EachKey(data, func(key, val []byte, _ int) bool {
 		switch {
-		case keyIs(key, "content"):
+		case wire.KeyIs(key, "content"):
 			content = val
-		case keyIs(key, "stop"):
+		case wire.KeyIs(key, "stop"):
 			stop = string(val) == "true"
-		case keyIs(key, "error"):
+		case wire.KeyIs(key, "error"):
 			failed = val
-		case keyIs(key, "tokens_predicted"):
+		case wire.KeyIs(key, "tokens_predicted"):
 			predicted = val
-		case keyIs(key, "tokens_evaluated"):
+		case wire.KeyIs(key, "tokens_evaluated"):
 			evaluated = val
-		case keyIs(key, "stop_type"):
+		case wire.KeyIs(key, "stop_type"):
 			stopType = val
 		}
 		return true
 	})
 	if err != nil || failed != nil {
 		if failed != nil {
-			sp.finished, sp.c.finish = true, finishError
+			sp.finished, sp.c.tally.Finish = true, wire.FinishError
 		}
 		sp.out.Write(ev)
 		return
 	}
-	if appendText(&sp.content, content) {
+	if wire.AppendText(&sp.content, content) {
 		sp.tokens++
 		sp.tokenSeen()
 	}
 	if stop {
 		sp.finished = true
-		sp.c.finish = rawFinish(stopType)
-		p, _ := numberValue(evaluated)
-		n, _ := numberValue(predicted)
+		sp.c.tally.Finish = rawFinish(stopType)
+		p, _ := wire.NumberValue(evaluated)
+		n, _ := wire.NumberValue(predicted)
 		if sp.spliced {
 			p, n = max(p-float64(sp.beforeSplit), 0), n+float64(sp.beforeSplit)
 		}
-		sp.c.prompt, sp.c.completion, sp.c.counted = int(p), int(n), predicted != nil
+		sp.c.tally.Prompt, sp.c.tally.Completion, sp.c.tally.Counted = int(p), int(n), predicted != nil
 	}
 	if !sp.spliced {
 		sp.out.Write(ev)
@@ -978,10 +970,10 @@ func (sp *splicer) takeRaw(ev, data []byte) {
 // rawFinish is a /completion's stop_type as a chat finish reason: "limit"
 // (n_predict reached) is "length", an end of stream or a stop word "stop".
 func rawFinish(stopType []byte) string {
-	if t, _ := stringValue(stopType); t == "limit" {
-		return finishLength
+	if t, _ := wire.StringValue(stopType); t == "limit" {
+		return wire.FinishLength
 	}
-	return finishStop
+	return wire.FinishStop
 }
 
 // restamp gives a continuation's chunk the first answer's id, created and

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/wire"
 )
 
 // proxied are the paths passed on to a head (POST, routed by "model"):
@@ -43,9 +44,9 @@ type call struct {
 	urlPath  string // the path the client asked for
 	tier     string // the tier serving the model ("" until resolved)
 	model    string // the model name sent to the head
-	conv     string // affinityKey of the request's conversation ("" for none)
+	conv     string // wire.ConversationKey of the request's conversation ("" for none)
 	body     []byte
-	keys     reqKeys // the body's top-level keys the front door reads
+	keys     wire.Keys // the body's top-level keys the front door reads
 	size     int64
 	reserved int64 // body bytes counted in the front door's in-flight bound
 	stream   bool
@@ -100,15 +101,12 @@ type call struct {
 	restored int
 	pause    time.Duration
 	heads    []string
-	// What the answer says of itself: its tokens (usage, or a
-	// /completion's last event; a continued answer's as one answer), its
-	// finish reason ("error" for a head's error event); usageAsked is set
-	// when the front door asked a chat stream's head for its usage chunk
-	// on its own (the client then does not get that chunk).
-	prompt, completion int
-	counted            bool
-	finish             string
-	usageAsked         bool
+	// tally is what the answer says of itself: its tokens and its finish
+	// reason; usageAsked is set when the front door asked a chat stream's
+	// head for its usage chunk on its own (the client then does not get
+	// that chunk).
+	tally      wire.Tally
+	usageAsked bool
 	// id is who sent it; admitted and tracked are set once the user's
 	// limits and fair share count it (until finish).
 	id                access.Identity
@@ -245,12 +243,12 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if !s.readBody(w, r, c, cfg) {
 		return false
 	}
-	keys, err := readKeys(c.body)
+	keys, err := wire.ReadKeys(c.body)
 	if err != nil {
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return false
 	}
-	model, ok := keys.modelName()
+	model, ok := keys.ModelName()
 	if !ok {
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", `"model" must be a string`, nil)
 		return false
@@ -264,23 +262,23 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 		return false
 	}
 	kind := streamNone
-	if keys.stream {
+	if keys.Stream {
 		kind = kindOf(c.path)
 	}
-	var edits []edit
+	var edits []wire.Edit
 	// The model the head serves: an alias's, the default, or under a
 	// prefix the tier's for a name no tier serves is left as the client
 	// wrote it (the tier's own llama-server answered any name).
 	if _, alias := cfg.Aliases[asked]; name != asked && (pinned == "" || asked == "" || alias) {
-		edits = append(edits, setModel(c.body, keys, name))
+		edits = append(edits, wire.SetModel(c.body, keys, name))
 	}
-	if kind.counted() && !keys.usageAsked() {
-		edits = append(edits, askUsage(c.body, keys))
+	if kind.counted() && !keys.UsageAsked() {
+		edits = append(edits, wire.AskUsage(c.body, keys))
 		c.usageAsked = true
 	}
 	if len(edits) > 0 {
-		c.body = apply(c.body, edits...)
-		if keys, err = readKeys(c.body); err != nil { // offsets moved
+		c.body = wire.Apply(c.body, edits...)
+		if keys, err = wire.ReadKeys(c.body); err != nil { // offsets moved
 			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 			return false
 		}
@@ -290,9 +288,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return false
 	}
-	c.tier, c.model, c.keys, c.stream = tier, name, keys, keys.stream
+	c.tier, c.model, c.keys, c.stream = tier, name, keys, keys.Stream
 	if cfg.AffinityTTL > 0 {
-		c.conv = affinityKey(name, c.body)
+		c.conv = wire.ConversationKey(name, c.body)
 	}
 	if !s.admit(w, c) {
 		return false
@@ -499,7 +497,7 @@ func (s *Server) finish(c *call) {
 	s.access.add(accessEntry{start: c.start, method: c.method, path: c.urlPath, status: c.status, tier: tier, model: model,
 		head: head, held: c.held, duration: s.now().Sub(c.start), bytesIn: c.size, bytesOut: c.bytesOut,
 		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, restored: c.restored, pause: c.pause, why: c.why,
-		id: c.id, prompt: c.prompt, completion: c.completion, counted: c.counted})
+		id: c.id, prompt: c.tally.Prompt, completion: c.tally.Completion, counted: c.tally.Counted})
 }
 
 // cors marks the answer to a browser whose origin is allowed

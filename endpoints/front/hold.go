@@ -31,7 +31,7 @@ type queue struct {
 // waiter is one held request.
 type waiter struct {
 	model    string
-	conv     string // affinityKey of its conversation
+	conv     string // wire.ConversationKey of its conversation
 	deadline time.Time
 	size     int64
 	ch       chan grant // buffered: the dispatcher never blocks
@@ -306,7 +306,7 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 }
 
 // pick acquires the head of tier serving model for a request of the
-// conversation conv (affinityKey; "" for none): the head that served its
+// conversation conv (wire.ConversationKey; "" for none): the head that served its
 // last turn (affinity.go) when it takes one more now and carries at most
 // its slots and its own queue's share above the least loaded; else the
 // head with the fewest requests in flight (nginx's least_conn) among those that take one more now

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"slurm-llm/endpoints/front/wire"
 )
 
 // TestCodeCompletionPathsAreLlamaServersOwnEvents: llama-server answers
@@ -45,10 +47,10 @@ func TestCodeCompletionPathsAreLlamaServersOwnEvents(t *testing.T) {
 // head from input_prefix and input_suffix, so a cut one is not resent
 // with its text as a prefill.
 func TestInfillIsNotContinued(t *testing.T) {
-	if why := refusedBecause(kindOf("/infill"), reqKeys{}); !strings.Contains(why, "/infill") {
+	if why := refusedBecause(kindOf("/infill"), wire.Keys{}); !strings.Contains(why, "/infill") {
 		t.Errorf("refusedBecause(/infill) = %q, want a reason naming /infill", why)
 	}
-	if why := refusedBecause(kindOf("/completions"), reqKeys{}); why != "" {
+	if why := refusedBecause(kindOf("/completions"), wire.Keys{}); why != "" {
 		t.Errorf("refusedBecause(/completions) = %q, want none: it is /completion", why)
 	}
 }

@@ -33,7 +33,7 @@ func (r *rig) streamRawBody(path, body string) (int, string) {
 
 // TestStreamOptionsNullIsCounted: a chat stream whose
 // stream_options is null (or any non-object) is marked usageAsked, but
-// askUsage leaves the body as it is, so the head sends no usage chunk: the
+// wire.AskUsage leaves the body as it is, so the head sends no usage chunk: the
 // answer's tokens are never counted (metrics, usage, tokens_per_minute).
 func TestStreamOptionsNullIsCounted(t *testing.T) {
 	for _, opts := range []string{``, `,"stream_options":null`} {
