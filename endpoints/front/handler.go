@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/stream"
 	"slurm-llm/endpoints/front/wire"
 )
 
@@ -87,10 +88,10 @@ type call struct {
 	// it was written to its head (the next held one may go).
 	onWritten func()
 	// ctx is the client's request's; kind the stream shape the front door
-	// can continue (streamNone: not continued); backup is set when a
+	// can continue (stream.None: not continued); backup is set when a
 	// backup model answers (never continued).
 	ctx    context.Context
-	kind   streamKind
+	kind   stream.Kind
 	backup bool
 	// continued counts continuations on another head, moved those made
 	// because the head drained; heads are the heads that served it.
@@ -261,9 +262,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if !ok {
 		return false
 	}
-	kind := streamNone
+	kind := stream.None
 	if keys.Stream {
-		kind = kindOf(c.path)
+		kind = stream.KindOf(c.path)
 	}
 	var edits []wire.Edit
 	// The model the head serves: an alias's, the default, or under a
@@ -272,7 +273,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if _, alias := cfg.Aliases[asked]; name != asked && (pinned == "" || asked == "" || alias) {
 		edits = append(edits, wire.SetModel(c.body, keys, name))
 	}
-	if kind.counted() && !keys.UsageAsked() {
+	if kind.Counted() && !keys.UsageAsked() {
 		edits = append(edits, wire.AskUsage(c.body, keys))
 		c.usageAsked = true
 	}

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"slurm-llm/endpoints/front/wire"
 )
 
 // TestCodeCompletionPathsAreLlamaServersOwnEvents: llama-server answers
@@ -40,17 +38,5 @@ func TestCodeCompletionPathsAreLlamaServersOwnEvents(t *testing.T) {
 				t.Errorf("the head is marked failing after an answer that ended as llama-server ends it")
 			}
 		})
-	}
-}
-
-// TestInfillIsNotContinued: an /infill stream's prompt is built by the
-// head from input_prefix and input_suffix, so a cut one is not resent
-// with its text as a prefill.
-func TestInfillIsNotContinued(t *testing.T) {
-	if why := refusedBecause(kindOf("/infill"), wire.Keys{}); !strings.Contains(why, "/infill") {
-		t.Errorf("refusedBecause(/infill) = %q, want a reason naming /infill", why)
-	}
-	if why := refusedBecause(kindOf("/completions"), wire.Keys{}); why != "" {
-		t.Errorf("refusedBecause(/completions) = %q, want none: it is /completion", why)
 	}
 }

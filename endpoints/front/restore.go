@@ -2,12 +2,12 @@ package front
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"time"
 
+	"slurm-llm/endpoints/front/stream"
 	"slurm-llm/endpoints/kvsave"
 )
 
@@ -109,29 +109,17 @@ func freeSlot(slots []kvsave.Slot) int {
 
 // conversationKey is the key of the cut request's prompt, as the head's
 // /slots showed it when it was saved: a /completion prompt as it is; chat
-// messages (those before the client's own trailing assistant message, if
-// any) through the head's template (/apply-template).
+// messages (stream.Prompt: those before the client's own trailing
+// assistant message, if any) through the head's template (/apply-template).
 func (sp *splicer) conversationKey(ctx context.Context, c *http.Client, base string, hdr http.Header) (string, error) {
-	var body map[string]json.RawMessage
-	if err := json.Unmarshal(sp.c.body, &body); err != nil {
+	prompt, msgs, err := stream.Prompt(sp.kind, sp.c.body)
+	if err != nil {
 		return "", err
 	}
-	if sp.kind.raw() {
-		var prompt string
-		if err := json.Unmarshal(body["prompt"], &prompt); err != nil {
-			return "", errors.New("the prompt is not a plain string")
-		}
+	if sp.kind.IsRaw() {
 		return kvsave.Key(prompt), nil
 	}
-	var msgs []map[string]json.RawMessage
-	if err := json.Unmarshal(body["messages"], &msgs); err != nil {
-		return "", errors.New("the messages cannot be read")
-	}
-	if n := len(msgs); n > 0 && roleOf(msgs[n-1]) == "assistant" {
-		msgs = msgs[:n-1]
-	}
-	raw, _ := json.Marshal(msgs)
-	text, err := kvsave.ApplyTemplate(ctx, c, base, hdr, raw)
+	text, err := kvsave.ApplyTemplate(ctx, c, base, hdr, msgs)
 	if err != nil {
 		return "", err
 	}

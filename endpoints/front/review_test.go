@@ -434,7 +434,7 @@ func TestCompletionsStreamIsCounted(t *testing.T) {
 // TestBlankLinesDoNotStallABufferedEvent: Read coalesces the events
 // already buffered; eventBuffered looks for "\n\n" anywhere in the buffer,
 // so blank lines after an event (SSE allows any number) followed by part
-// of the next event make readEvent wait for the head, holding back the
+// of the next event make stream.ReadEvent wait for the head, holding back the
 // event already read.
 func TestBlankLinesDoNotStallABufferedEvent(t *testing.T) {
 	for _, sep := range []string{"\n\n", "\n\n\n\n"} {

@@ -7,5 +7,6 @@
 // the key of the conversation a request belongs to (ConversationKey).
 //
 // Its functions are pure over bytes: the package knows no server, no
-// head, no tier and no metric.
+// head, no tier and no metric. Reading a streamed answer event by event is
+// package stream's, which stands on this one.
 package wire
