@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/accesslog"
 	"slurm-llm/endpoints/front/stream"
 	"slurm-llm/endpoints/front/wire"
 )
@@ -495,10 +496,10 @@ func (s *Server) finish(c *call) {
 	case c.head != nil:
 		head = c.head.addr
 	}
-	s.access.add(accessEntry{start: c.start, method: c.method, path: c.urlPath, status: c.status, tier: tier, model: model,
-		head: head, held: c.held, duration: s.now().Sub(c.start), bytesIn: c.size, bytesOut: c.bytesOut,
-		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, restored: c.restored, pause: c.pause, why: c.why,
-		id: c.id, prompt: c.tally.Prompt, completion: c.tally.Completion, counted: c.tally.Counted})
+	s.access.Add(accesslog.Entry{Start: c.start, Method: echo(c.method), Path: echo(c.urlPath), Status: c.status, Tier: tier, Model: model,
+		Head: head, Held: c.held, Duration: s.now().Sub(c.start), BytesIn: c.size, BytesOut: c.bytesOut,
+		Attempts: c.attempts, Outcome: c.outcome, Continued: c.continued, Moved: c.moved, Restored: c.restored, Pause: c.pause, Why: c.why,
+		ID: c.id, Prompt: c.tally.Prompt, Completion: c.tally.Completion, Counted: c.tally.Counted})
 }
 
 // cors marks the answer to a browser whose origin is allowed
@@ -544,13 +545,6 @@ func (s *Server) options(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	c.status, c.outcome = http.StatusNoContent, OutcomeAnswered
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // statusWriter remembers the status a handler wrote.

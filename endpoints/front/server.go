@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/accesslog"
 	"slurm-llm/endpoints/front/rawconn"
 	"slurm-llm/endpoints/tiers"
 )
@@ -49,7 +50,7 @@ type Server struct {
 	rr      atomic.Uint64
 	// access writes the access log off the answers' path (nil: none);
 	// bodyBytes counts the request bodies held now (max_body_bytes_in_flight).
-	access    *accessLog
+	access    *accesslog.Log
 	bodyBytes atomic.Int64
 	// affinity is each conversation's last head (affinity.go).
 	affinity affinity
@@ -101,7 +102,7 @@ func New(cfg Config, opts Options) *Server {
 	s.catalog.Store(&map[string]string{})
 	s.rp = s.newProxy()
 	if opts.AccessLog != nil {
-		s.access = newAccessLog(opts.AccessLog, func() { s.metrics.accessDropped.Inc() })
+		s.access = accesslog.New(opts.AccessLog, func() { s.metrics.accessDropped.Inc() })
 	}
 	if opts.Access != nil {
 		s.metrics.reg.MustRegister(opts.Access.Collectors()...)
@@ -133,7 +134,7 @@ func (s *Server) now() time.Time { return s.opts.Now() }
 // have their lines lost).
 func (s *Server) Close() {
 	if s.access != nil {
-		s.access.close()
+		s.access.Close()
 	}
 }
 
