@@ -15,6 +15,7 @@ import (
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/front/accesslog"
 	"slurm-llm/endpoints/front/stream"
+	"slurm-llm/endpoints/front/webui"
 	"slurm-llm/endpoints/front/wire"
 )
 
@@ -153,16 +154,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/health":
 		s.answer(w, c, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 		return
-	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && isUIPath(path):
+	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && webui.IsPath(path):
 		s.serveUI(w, r, c, pinned)
 		return
-	case uiRefused[path]:
+	case webui.Refused(path):
 		s.refuseFeature(w, c)
 		return
-	case path == streamsLookupPath || path == streamPath:
+	case path == webui.StreamsLookupPath || path == webui.StreamPath:
 		s.answerNoStreams(w, c)
 		return
-	case path == modelsFeedPath && pinned == "":
+	case path == webui.ModelsFeedPath && pinned == "":
 		s.serveModelsFeed(w, r, c)
 		return
 	case pinned == "" && s.isPrefix(path):
