@@ -107,7 +107,7 @@ func New(cfg Config, opts Options) *Server {
 	if opts.Access != nil {
 		s.metrics.reg.MustRegister(opts.Access.Collectors()...)
 	}
-	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second), now: opts.Now}
+	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second)}
 	return s
 }
 
@@ -275,10 +275,8 @@ func (s *Server) Run(ctx context.Context) {
 		s.poller.pollAll(ctx, heads)
 		s.mu.Lock()
 		for _, h := range heads {
-			if hm := h.models.Load(); hm != nil {
-				for id := range hm.byID {
-					s.learnLocked(id, h.tier)
-				}
+			for id := range h.models.Load().IDs() {
+				s.learnLocked(id, h.tier)
 			}
 		}
 		s.mu.Unlock()
