@@ -14,7 +14,7 @@
 // picked (least loaded) among those that take one more: its slots, a few
 // more in its own queue (head_queue: a freed slot is taken in
 // llama-server's own loop) and as many as reached it another way (load.go);
-// with none, the hold rule (Verdict, pure) says hold or answer now; a held
+// with none, the hold rule (package hold, pure) says hold or answer now; a held
 // request waits in its tier's queue and is dispatched in fair-share (or
 // arrival) order when a head takes one more; past max_held it goes to the
 // least loaded head's own queue; a head that

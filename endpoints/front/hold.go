@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"slurm-llm/endpoints/front/hold"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -291,9 +292,9 @@ func (s *Server) dispatchLocked(q *queue) {
 }
 
 // verdict applies the hold rule to tier for a request with deadline.
-func (s *Server) verdict(tier string, deadline time.Time) Verdict {
+func (s *Server) verdict(tier string, deadline time.Time) hold.Verdict {
 	now := s.now()
-	in := HoldInput{View: s.view(tier), Now: now, Deadline: deadline, HoldUnknown: s.cfg.Load().HoldUnknown}
+	in := hold.Input{View: s.view(tier), Now: now, Deadline: deadline, HoldUnknown: s.cfg.Load().HoldUnknown}
 	if !s.tab.Load().routed(tier) {
 		s.mu.Lock()
 		since, ok := s.reasonSince[tier]
@@ -302,7 +303,7 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 			in.ReasonFor = now.Sub(since)
 		}
 	}
-	return Decide(in)
+	return hold.Decide(in)
 }
 
 // pick acquires the head of tier serving model for a request of the
