@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"slurm-llm/endpoints/front/kvrestore"
 	"slurm-llm/endpoints/front/stream"
 )
 
@@ -62,11 +63,11 @@ type splicer struct {
 	cutAt time.Time
 	heads []string
 	// savesFor is the head whose drain was asked whether it saves its
-	// slots (restore.go, drainSaves), saves the answer; awaitSave: the
-	// next continuation waits for the conversation's slot to be saved.
-	savesFor  *head
-	saves     bool
-	awaitSave bool
+	// slots (restore.go, drainSaves), saves the answer; restorer restores
+	// the conversation's slot, waiting for the save it was told of.
+	savesFor *head
+	saves    bool
+	restorer kvrestore.Restorer
 
 	// Token timing (llm_front_time_to_first_token_seconds and
 	// llm_front_inter_token_seconds): the last token's time, zero before
