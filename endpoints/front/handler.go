@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/front/accesslog"
@@ -123,22 +122,6 @@ func (c *call) written() {
 	}
 }
 
-// maxEcho bounds what of a client's own input (a model name, a path, a
-// header) the front door repeats in an answer or a log line.
-const maxEcho = 128
-
-// echo is s cut to maxEcho bytes (at a rune boundary), for quoting.
-func echo(s string) string {
-	if len(s) <= maxEcho {
-		return s
-	}
-	cut := maxEcho
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // ServeHTTP is the front door. Every request ends in exactly one access
 // log line and one count.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -186,7 +169,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, c, http.StatusOK, mergedModels(s.tab.Load(), s.tierOf, pinned))
 		return
 	case !proxied[path]:
-		s.reject(w, c, http.StatusNotFound, "invalid_request_error", "unknown path "+strconv.Quote(echo(r.URL.Path)), nil)
+		s.reject(w, c, http.StatusNotFound, "invalid_request_error", "unknown path "+strconv.Quote(wire.Echo(r.URL.Path)), nil)
 		return
 	case r.Method != http.MethodPost:
 		s.reject(w, c, http.StatusMethodNotAllowed, "invalid_request_error", "use POST", nil)
@@ -329,18 +312,18 @@ func (s *Server) route(w http.ResponseWriter, c *call, model, pinned string) (ti
 	case pinned != "" && tier != "" && tier != pinned:
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error",
 			fmt.Sprintf("the model %q is served by tier %s, not by this URL's tier %s (%s): send it to /v1/... without the prefix, which routes by model",
-				echo(model), tier, pinned, s.tierCfg(pinned).Prefix), s.tierModels(pinned))
+				wire.Echo(model), tier, pinned, s.tierCfg(pinned).Prefix), s.tierModels(pinned))
 		return "", "", false
 	case pinned != "" && tier == "":
 		if only := s.tierModels(pinned); len(only) == 1 {
 			return pinned, only[0], true
 		}
 		s.reject(w, c, http.StatusNotFound, "model_not_found",
-			fmt.Sprintf("the model %q does not exist at this URL (tier %s): use one of the models listed", echo(model), pinned), s.tierModels(pinned))
+			fmt.Sprintf("the model %q does not exist at this URL (tier %s): use one of the models listed", wire.Echo(model), pinned), s.tierModels(pinned))
 		return "", "", false
 	case tier == "":
 		s.reject(w, c, http.StatusNotFound, "model_not_found",
-			fmt.Sprintf("the model %q does not exist here: use one of the models listed", echo(model)), s.knownModels())
+			fmt.Sprintf("the model %q does not exist here: use one of the models listed", wire.Echo(model)), s.knownModels())
 		return "", "", false
 	}
 	return tier, name, true
@@ -370,7 +353,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, c *call, cfg *
 		return false
 	}
 	bad := func(err error) bool {
-		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", "cannot read the request body: "+echo(err.Error()), nil)
+		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", "cannot read the request body: "+wire.Echo(err.Error()), nil)
 		return false
 	}
 	if r.ContentLength >= 0 {
@@ -434,12 +417,12 @@ func (s *Server) holdFor(r *http.Request, tier string) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.ParseFloat(v, 64)
 		if nerr != nil || n < 0 || n > 1e6 {
-			return 0, fmt.Errorf("%s: want a duration such as 30s, or seconds (got %q)", HoldHeader, echo(v))
+			return 0, fmt.Errorf("%s: want a duration such as 30s, or seconds (got %q)", HoldHeader, wire.Echo(v))
 		}
 		d = time.Duration(n * float64(time.Second))
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("%s: want 0 or more (got %q)", HoldHeader, echo(v))
+		return 0, fmt.Errorf("%s: want 0 or more (got %q)", HoldHeader, wire.Echo(v))
 	}
 	return min(d, s.cfg.Load().HoldMax), nil
 }
@@ -497,7 +480,7 @@ func (s *Server) finish(c *call) {
 	case c.head != nil:
 		head = c.head.addr
 	}
-	s.access.Add(accesslog.Entry{Start: c.start, Method: echo(c.method), Path: echo(c.urlPath), Status: c.status, Tier: tier, Model: model,
+	s.access.Add(accesslog.Entry{Start: c.start, Method: c.method, Path: c.urlPath, Status: c.status, Tier: tier, Model: model,
 		Head: head, Held: c.held, Duration: s.now().Sub(c.start), BytesIn: c.size, BytesOut: c.bytesOut,
 		Attempts: c.attempts, Outcome: c.outcome, Continued: c.continued, Moved: c.moved, Restored: c.restored, Pause: c.pause, Why: c.why,
 		ID: c.id, Prompt: c.tally.Prompt, Completion: c.tally.Completion, Counted: c.tally.Counted})

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"slurm-llm/endpoints/front/wire"
 )
 
 // What a head really has (issue 38): the front door counts the requests
@@ -61,7 +63,7 @@ func parseMetrics(r io.Reader) (headLoad, error) {
 		}
 		f, err := strconv.ParseFloat(string(bytes.TrimSpace(line[bytes.IndexByte(line, ' ')+1:])), 64)
 		if err != nil || f < 0 || f > 1e9 {
-			return headLoad{}, fmt.Errorf("/metrics: %q: not a count", echo(string(line)))
+			return headLoad{}, fmt.Errorf("/metrics: %q: not a count", wire.Echo(string(line)))
 		}
 		*dst = int64(f)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/wire"
 )
 
 // queueLen is how many access lines may wait for the writer; past it,
@@ -22,9 +23,9 @@ import (
 // rather than slowing answers.
 const queueLen = 4096
 
-// Entry is one request's access log line, formatted by the writer. Method
-// and Path are the client's, cut by the caller to what may be echoed
-// (Path is quoted here); Tier "" is written "-".
+// Entry is one request's access log line, formatted by the writer (what a
+// client chose is cut and quoted there, off the answer's path); Tier "" is
+// written "-".
 type Entry struct {
 	Start             time.Time
 	Method, Path      string
@@ -150,7 +151,7 @@ func (a *Log) Close() {
 // format appends e's line: key=value pairs, values a client chose quoted.
 func (e *Entry) format(b *bytes.Buffer) {
 	fmt.Fprintf(b, "%s method=%s path=%s status=%d tier=%s model=%s head=%s held_ms=%d duration_ms=%d bytes_in=%d bytes_out=%d attempts=%d outcome=%s",
-		e.Start.UTC().Format("2006-01-02T15:04:05.000Z"), e.Method, strconv.Quote(e.Path), e.Status,
+		e.Start.UTC().Format("2006-01-02T15:04:05.000Z"), wire.Echo(e.Method), strconv.Quote(wire.Echo(e.Path)), e.Status,
 		orDash(e.Tier), strconv.Quote(e.Model), e.Head, e.Held.Milliseconds(), e.Duration.Milliseconds(), e.BytesIn,
 		e.BytesOut, e.Attempts, e.Outcome)
 	b.WriteByte(' ')
