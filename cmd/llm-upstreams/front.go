@@ -22,6 +22,7 @@ import (
 	"slurm-llm/endpoints/access"
 	"slurm-llm/endpoints/config"
 	"slurm-llm/endpoints/front"
+	"slurm-llm/endpoints/front/rawconn"
 	"slurm-llm/endpoints/tiers"
 	"slurm-llm/endpoints/tiers/continuity"
 )
@@ -138,7 +139,7 @@ func runFront(cfg config.Config, path string, log hclog.Logger) int {
 		case <-ctx.Done():
 		}
 		log.Info("front door serving", "addr", ln.Addr().String())
-		if err := srv.Serve(front.Listener(ln)); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(rawconn.Listener(ln)); !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("front door: %w", err)
 		}
 	}()

@@ -1,8 +1,6 @@
 package front
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"sync"
 	"time"
 )
@@ -18,66 +16,13 @@ import (
 // share) above the least loaded one: affinity never makes a hot spot.
 // Everything else goes to the least loaded head, as before.
 //
-// A conversation is known by its beginning, which every turn repeats: a
-// chat request's messages up to and including the first user message
-// (the system prompt and the question that opened it), a raw prompt's
-// first affinityPromptBytes (a prompt shorter than that is not keyed: it
-// is no conversation worth a head). Two conversations that open alike
-// share a head, and the cached prefix with it.
-
-// affinityPromptBytes is how much of a raw prompt keys its conversation.
-const affinityPromptBytes = 512
+// A conversation is known by its beginning, which every turn repeats
+// (wire.ConversationKey): two conversations that open alike share a head,
+// and the cached prefix with it.
 
 // affinityMax bounds the conversations remembered (two generations of
 // half as many).
 const affinityMax = 1 << 16
-
-// affinityKey is the key of the conversation body belongs to, for model;
-// "" when it has none (no messages, no prompt long enough).
-func affinityKey(model string, body []byte) string {
-	var messages, prompt []byte
-	_ = eachKey(body, func(key, val []byte, _ int) bool {
-		switch {
-		case keyIs(key, "messages"):
-			messages = val
-		case keyIs(key, "prompt"):
-			prompt = val
-		}
-		return true
-	})
-	h := sha256.New()
-	h.Write([]byte(model))
-	h.Write([]byte{0})
-	switch {
-	case len(messages) > 0 && messages[0] == '[':
-		n, opened := 0, false
-		eachElem(messages, func(m []byte) bool {
-			h.Write(m)
-			n++
-			_ = eachKey(m, func(key, val []byte, _ int) bool {
-				if keyIs(key, "role") {
-					role, _ := stringValue(val)
-					opened = role == "user"
-					return false
-				}
-				return true
-			})
-			return !opened
-		})
-		if n == 0 || !opened {
-			return ""
-		}
-	case len(prompt) > 0 && prompt[0] == '"':
-		text, ok := stringValue(prompt)
-		if !ok || len(text) < affinityPromptBytes {
-			return ""
-		}
-		h.Write([]byte(text[:affinityPromptBytes]))
-	default:
-		return ""
-	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
-}
 
 // affinity remembers, per conversation key, the head (head.key) that
 // served its last turn and when. Two generations: when the current one

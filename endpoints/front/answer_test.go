@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"slurm-llm/endpoints/front/stream"
 )
 
 // histCount is how many observations tier/model's series of h holds.
@@ -127,7 +129,7 @@ func TestBufferedEventsGoTogether(t *testing.T) {
 		fmt.Fprintf(&burst, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i)
 	}
 	s := New(testConfig(), Options{})
-	c := &call{tier: "fast", model: "m", kind: streamChat, ctx: t.Context()}
+	c := &call{tier: "fast", model: "m", kind: stream.Chat, ctx: t.Context()}
 	sp := s.newSplicer(c, io.NopCloser(&burst))
 	buf := make([]byte, 64<<10)
 	n, err := sp.Read(buf)
@@ -142,7 +144,7 @@ func TestBufferedEventsGoTogether(t *testing.T) {
 func BenchmarkSplicerEvent(b *testing.B) {
 	ev := []byte("data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":\" token\"}}],\"created\":1790000000,\"id\":\"chatcmpl-abcdefghijklmnopqrstuvwxyz012345\",\"model\":\"qwen2.5-7b-instruct-q4_k_m\",\"system_fingerprint\":\"b6000-abcdef\",\"object\":\"chat.completion.chunk\"}\n\n")
 	s := New(testConfig(), Options{})
-	c := &call{tier: "fast", model: "m", kind: streamChat, ctx: b.Context(), dispatched: time.Now()}
+	c := &call{tier: "fast", model: "m", kind: stream.Chat, ctx: b.Context(), dispatched: time.Now()}
 	sp := s.newSplicer(c, io.NopCloser(&repeater{ev: ev, n: b.N}))
 	sp.refuse = "the benchmark's stream has no end to continue to"
 	buf := make([]byte, 32<<10)

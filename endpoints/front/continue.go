@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"slurm-llm/endpoints/front/kvrestore"
+	"slurm-llm/endpoints/front/stream"
 )
 
 // A stream cut before its end (its head stopped by a drain's deadline,
@@ -28,101 +30,15 @@ import (
 // way at the next token, when another head serves the model (the drain
 // then ends sooner, and science gets its node sooner).
 //
-// What is continued and why (llama.cpp, measured 2026-11-24, the fake's
-// FACTS.md Q8): the continuation says so explicitly
-// (continue_final_message, add_generation_prompt false), which llama-server
-// takes with or without --no-prefill-assistant and answers with the new
-// tokens only (an implicit prefill repeats the prefill in its first delta:
-// such an echo is stripped all the same). Sampling starts afresh: a
-// continuation is a valid one, not the same bytes.
+// The events are read, and a continuation's rewritten, by package
+// stream (stream.Answer, which also builds the continuation's request);
+// this file is the network's side: when a stream is cut or moved, which
+// head continues it, the hold, the metrics, the error event.
 //
 // Not continued (the stream ends with an error event saying why): a
-// request asking for n > 1 choices or for logprobs (their continuity
-// cannot be promised); one with a grammar, a JSON schema or a
-// response_format (the grammar would restart mid-answer: structured output
-// is not continued); one whose answer has begun a tool call (never resumed
-// inside one); one answered by a backup model; past max_continuations.
-
-// streamKind is which stream shape a splicer reads.
-type streamKind int
-
-const (
-	streamNone   streamKind = iota // not a stream the front door reads
-	streamChat                     // OpenAI chat chunks, ending in [DONE]
-	streamRaw                      // llama-server's /completion events, ending with "stop": true
-	streamText                     // OpenAI completion chunks (choices[].text): read, not continued
-	streamInfill                   // /infill: /completion's events (read as streamRaw), not continued
-)
-
-// kindOf is the stream shape of a request path.
-func kindOf(path string) streamKind {
-	switch path {
-	case "/v1/chat/completions", "/chat/completions":
-		return streamChat
-	case "/completion", "/completions":
-		// llama-server serves both with /completion's handler: its own
-		// events, not OpenAI's (FACTS.md Q10).
-		return streamRaw
-	case "/infill":
-		return streamInfill
-	case "/v1/completions":
-		return streamText
-	}
-	return streamNone
-}
-
-// raw reports whether the kind's events are llama-server's own
-// (/completion's: "content", "stop": true at the end, no [DONE]).
-func (k streamKind) raw() bool { return k == streamRaw || k == streamInfill }
-
-// counted reports whether the front door asks this kind's head for its
-// usage chunk (stream_options.include_usage: OpenAI's shapes).
-func (k streamKind) counted() bool { return k == streamChat || k == streamText }
-
-// refusedBecause says why a request's stream will not be continued, from
-// its body's keys alone; "" when it may be. What does not constrain the
-// answer does not refuse it: "grammar": "", "response_format": {"type":
-// "text"}, "logprobs": false.
-func refusedBecause(kind streamKind, k reqKeys) string {
-	if kind == streamInfill {
-		return "an /infill answer is not continued: its prompt is built from input_prefix and input_suffix"
-	}
-	if kind != streamChat && kind != streamRaw {
-		return "only /v1/chat/completions and /completion streams are continued"
-	}
-	num := func(raw []byte) float64 { f, _ := numberValue(raw); return f }
-	switch {
-	case num(k.n) > 1:
-		return "it asks for more than one choice (n)"
-	case string(k.logprobs) == "true" || num(k.logprobs) > 0 || num(k.nProbs) > 0 || num(k.topLogprobs) > 0:
-		return "it asks for logprobs, whose continuity cannot be promised"
-	case constrains(k.grammar) || constrains(k.jsonSchema) || formatConstrains(k.responseFormat):
-		return "structured output (a grammar, a JSON schema, a response_format) is not continued: its grammar would start over mid-answer"
-	}
-	return ""
-}
-
-// constrains reports whether a grammar or schema value constrains the
-// answer: anything but absent, null, false, "" or {}.
-func constrains(raw []byte) bool {
-	switch string(bytes.Join(bytes.Fields(raw), nil)) {
-	case "", "null", "false", `""`, "{}":
-		return false
-	}
-	return true
-}
-
-// formatConstrains reports whether a response_format constrains the
-// answer: any but {"type": "text"} (or none).
-func formatConstrains(raw []byte) bool {
-	if isNull(raw) {
-		return false
-	}
-	var f struct {
-		Type string `json:"type"`
-	}
-	return !(json.Unmarshal(raw, &f) == nil && f.Type == "text")
-}
+// request stream.Refused refuses (n > 1 choices, logprobs, structured
+// output); one whose answer has begun a tool call (never resumed inside
+// one); one answered by a backup model; past max_continuations.
 
 // splicer is the client's view of a streamed answer: the head's body,
 // read event by event, passed on as it came (the first head's bytes
@@ -131,38 +47,27 @@ type splicer struct {
 	s      *Server
 	c      *call
 	ctx    context.Context
-	kind   streamKind
+	kind   stream.Kind
 	refuse string // why it is not continued; "" when it may be
 
-	cur     io.ReadCloser
-	rd      *bufio.Reader
-	head    *head // the head read from now (acquired by the splicer after a switch)
-	spliced bool  // reading a continuation: events are rewritten
-	out     bytes.Buffer
-	end     bool   // nothing more: out then EOF
-	ev      []byte // the event being read (reused)
-	data    []byte // a multi-line event's data, joined (reused)
+	cur  io.ReadCloser
+	rd   *bufio.Reader
+	head *head // the head read from now (acquired by the splicer after a switch)
+	out  bytes.Buffer
+	end  bool   // nothing more: out then EOF
+	ev   []byte // the event being read (reused)
 
-	// What the client has received.
-	taken       int // events taken (any head): a stream is never moved before its first
-	id, model   string
-	created     json.RawMessage
-	content     []byte
-	reasoning   []byte
-	tokens      int
-	finished    bool // a finish reason (chat) or "stop": true (/completion)
-	toolCall    bool
-	beforeSplit int    // tokens the client had when the current continuation began
-	ids         rawIDs // a /completion answer's token ids (rawids.go)
-	echo        string // text a continuation's first delta may repeat
-	cutAt       time.Time
-	heads       []string
+	// ans is what the client has received (and rewrites a continuation's
+	// events into the first answer's).
+	ans   stream.Answer
+	cutAt time.Time
+	heads []string
 	// savesFor is the head whose drain was asked whether it saves its
-	// slots (restore.go, drainSaves), saves the answer; awaitSave: the
-	// next continuation waits for the conversation's slot to be saved.
-	savesFor  *head
-	saves     bool
-	awaitSave bool
+	// slots (restore.go, drainSaves), saves the answer; restorer restores
+	// the conversation's slot, waiting for the save it was told of.
+	savesFor *head
+	saves    bool
+	restorer kvrestore.Restorer
 
 	// Token timing (llm_front_time_to_first_token_seconds and
 	// llm_front_inter_token_seconds): the last token's time, zero before
@@ -178,8 +83,8 @@ type splicer struct {
 func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
 	rd := eventReaders.Get().(*bufio.Reader)
 	rd.Reset(body)
-	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: rd}
-	if why := refusedBecause(c.kind, c.keys); why != "" {
+	sp := &splicer{s: s, c: c, ctx: c.ctx, kind: c.kind, cur: body, rd: rd, ans: stream.NewAnswer(c.kind, &c.tally, c.usageAsked)}
+	if why := stream.Refused(c.kind, c.keys); why != "" {
 		sp.refuse = why
 	} else if c.backup {
 		sp.refuse = "it was answered by a backup model"
@@ -206,7 +111,7 @@ func (sp *splicer) Read(p []byte) (int, error) {
 			continue
 		}
 		var err error
-		sp.ev, err = readEvent(sp.rd, sp.ev[:0])
+		sp.ev, err = stream.ReadEvent(sp.rd, sp.ev[:0])
 		if len(sp.ev) > 0 {
 			sp.take(sp.ev)
 		}
@@ -217,7 +122,7 @@ func (sp *splicer) Read(p []byte) (int, error) {
 	// The events the head sent together (a burst of tokens in one read)
 	// go on together: one write to the client, as nginx would.
 	for sp.out.Len() < len(p) && !sp.end && sp.cur != nil && sp.eventBuffered() {
-		sp.ev, _ = readEvent(sp.rd, sp.ev[:0])
+		sp.ev, _ = stream.ReadEvent(sp.rd, sp.ev[:0])
 		sp.take(sp.ev)
 	}
 	return sp.out.Read(p)
@@ -231,86 +136,12 @@ func (sp *splicer) eventBuffered() bool {
 	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r\n"))
 }
 
-// readEvent appends one SSE event (up to and with its blank line) to ev;
-// at the stream's end it returns what it read and the error.
-func readEvent(rd *bufio.Reader, ev []byte) ([]byte, error) {
-	start := len(ev) // where the line being read begins in ev
-	for {
-		chunk, err := rd.ReadSlice('\n')
-		ev = append(ev, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// The same line goes on: a line longer than the reader is read
-			// in pieces, and the '\n' that ends it is not a blank line of
-			// its own (a line of exactly the buffer's size read that way
-			// ended its event early, and the client joined it to the next).
-			continue
-		}
-		if err != nil {
-			return ev, err
-		}
-		line := ev[start:]
-		start = len(ev)
-		switch {
-		case len(bytes.TrimSpace(line)) == 0 && len(bytes.TrimSpace(ev)) > 0:
-			return ev, nil
-		case len(bytes.TrimSpace(ev)) == 0:
-			ev, start = ev[:0], 0 // blank lines between events
-		}
-	}
-}
-
-// sseEvent is what the splicer reads of one server-sent event.
-type sseEvent struct {
-	// data is the event's data: its data lines' values joined by '\n'
-	// (a slice of the event itself when it has one); nil when none.
-	data []byte
-	// failed is set by an "event: error" line, or by an "error:" field,
-	// which llama-server sent for in-stream errors before it sent them as
-	// data: either is the head's own end of its answer.
-	failed bool
-}
-
-// parseEvent reads an event's fields (SSE: "field: value" lines, ":"
-// comments); joined is reused for an event of several data lines.
-func parseEvent(ev []byte, joined []byte) (sseEvent, []byte) {
-	var e sseEvent
-	lines := 0
-	for len(ev) > 0 {
-		line := ev
-		if i := bytes.IndexByte(ev, '\n'); i >= 0 {
-			line, ev = ev[:i], ev[i+1:]
-		} else {
-			ev = nil
-		}
-		line = bytes.TrimSuffix(line, []byte("\r"))
-		name, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(name) {
-		case "data":
-			if lines++; lines == 1 {
-				e.data = value
-				continue
-			}
-			if lines == 2 {
-				joined = append(joined[:0], e.data...)
-			}
-			joined = append(append(joined, '\n'), value...)
-			e.data = joined
-		case "event":
-			e.failed = e.failed || string(bytes.TrimSpace(value)) == "error"
-		case "error":
-			e.failed = true
-		}
-	}
-	return e, joined
-}
-
 // streamEnded is the head's stream ending (err io.EOF, or a broken
 // connection): the answer is over if it finished, else it is continued or
 // ends with an error event saying why.
 func (sp *splicer) streamEnded(err error) {
 	sp.closeCur()
-	if sp.finished {
+	if sp.ans.Finished() {
 		sp.end = true
 		return
 	}
@@ -345,10 +176,10 @@ func (sp *splicer) current() *head {
 // move comes after it).
 func (sp *splicer) drainingSwitch() bool {
 	h := sp.current()
-	if sp.refuse != "" || sp.finished || sp.toolCall || h == nil || !sp.s.draining(h) || sp.out.Len() > 0 {
+	if sp.refuse != "" || sp.ans.Finished() || sp.ans.ToolCall() || h == nil || !sp.s.draining(h) || sp.out.Len() > 0 {
 		return false
 	}
-	if sp.taken == 0 || sp.eventBuffered() {
+	if sp.ans.Taken() == 0 || sp.eventBuffered() {
 		return false
 	}
 	if sp.c.continued >= sp.s.cfg.Load().MaxContinuations {
@@ -388,7 +219,7 @@ func (sp *splicer) continueOrFail(why string) {
 	case sp.refuse != "":
 		sp.fail(resultRefused, why+"; not continued: "+sp.refuse)
 		return
-	case sp.toolCall:
+	case sp.ans.ToolCall():
 		sp.fail(resultRefused, why+"; not continued: the answer had begun a tool call")
 		return
 	case sp.c.continued >= cfg.MaxContinuations:
@@ -428,7 +259,7 @@ const (
 // head took it.
 func (sp *splicer) start(h *head, why string) bool {
 	slot := sp.restoreSlot(h)
-	body, err := sp.continuation(h, slot)
+	body, err := sp.ans.Continuation(sp.c.body, slot, func() int { return sp.generated(h) })
 	if err != nil {
 		sp.s.release(h)
 		sp.fail(resultRefused, why+"; not continued: "+err.Error())
@@ -466,8 +297,7 @@ func (sp *splicer) start(h *head, why string) bool {
 	}
 	sp.head, sp.cur = h, resp.Body
 	sp.rd.Reset(resp.Body)
-	sp.spliced, sp.beforeSplit, sp.echo = true, sp.sentTokens(), string(sp.content)
-	sp.ids.switched()
+	sp.ans.Splice()
 	sp.lastToken = time.Time{} // the pause is llm_front_continuation_pause_seconds', not a token's
 	fmt.Fprintf(&sp.out, ": slurm-llm: continued on %s %s (%s)\n\n", sp.c.tier, h.addr, oneLine(why))
 	restored := slot >= 0
@@ -503,117 +333,20 @@ func headerForHead(in http.Header) http.Header {
 	return out
 }
 
-// continuation is the request to send again: with the answer so far as
-// the assistant's message to continue (chat) or appended to the prompt
-// (/completion: its token ids when known, else its text), and the token
-// limit lowered by what was generated (sp.generated); pinned to
-// slot (id_slot) when h restored the conversation's saved slot there
-// (restore.go; -1: none).
-func (sp *splicer) continuation(h *head, slot int) ([]byte, error) {
-	var body map[string]json.RawMessage
-	if err := json.Unmarshal(sp.c.body, &body); err != nil {
-		return nil, errors.New("the request is not a JSON object")
-	}
-	set := func(k string, v any) { body[k], _ = json.Marshal(v) }
-	if slot >= 0 {
-		set("id_slot", slot)
-		set("cache_prompt", true)
-	}
-	used := -1
-	for _, key := range []string{"max_tokens", "max_completion_tokens", "n_predict"} {
-		var limit int
-		if json.Unmarshal(body[key], &limit) == nil && limit > 0 {
-			if used < 0 {
-				used = sp.generated(h)
-			}
-			if limit-used <= 0 {
-				return nil, errors.New("its token limit is reached")
-			}
-			set(key, limit-used)
-		}
-	}
-	if sp.kind.raw() && sp.ids.exact() {
-		prompt, ok := sp.ids.prompt(body["prompt"])
-		if !ok {
-			return nil, errors.New("its prompt is neither a string nor one prompt of token ids")
-		}
-		body["prompt"] = prompt
-		return json.Marshal(body)
-	}
-	if sp.kind.raw() {
-		var prompt string
-		if err := json.Unmarshal(body["prompt"], &prompt); err != nil {
-			return nil, errors.New("its prompt is not a plain string")
-		}
-		set("prompt", prompt+string(sp.content))
-		return json.Marshal(body)
-	}
-	var msgs []map[string]json.RawMessage
-	if err := json.Unmarshal(body["messages"], &msgs); err != nil {
-		return nil, errors.New("its messages cannot be read")
-	}
-	text, reasoning := string(sp.content), string(sp.reasoning)
-	if n := len(msgs); n > 0 && roleOf(msgs[n-1]) == "assistant" {
-		// The client's own prefill: the answer went on from it (a head that
-		// repeats it sent it first: it is in text already).
-		prefill := textOf(msgs[n-1]["content"])
-		if !strings.HasPrefix(text, prefill) {
-			text = prefill + text
-		}
-		msgs = msgs[:n-1]
-	}
-	last := map[string]any{"role": "assistant", "content": text}
-	mode := "content"
-	if reasoning != "" {
-		last["reasoning_content"] = reasoning
-		if text == "" {
-			mode = "reasoning_content"
-		}
-	}
-	raw, _ := json.Marshal(last)
-	var lastRaw map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &lastRaw)
-	set("messages", append(msgs, lastRaw))
-	set("continue_final_message", mode)
-	set("add_generation_prompt", false)
-	return json.Marshal(body)
-}
-
-// textOf is a message's content as text: a string, or the text parts of
-// an array of parts (OpenAI's [{"type":"text","text":…}]) joined.
-func textOf(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(raw, &parts)
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
-		}
-	}
-	return b.String()
-}
-
 // tokenizeTimeout bounds asking a head how many tokens the answer so far
 // has.
 const tokenizeTimeout = 2 * time.Second
 
 // generated is how many tokens the client received: its token ids when
-// a /completion's are known (rawids.go); else as h's /tokenize counts the
+// a /completion's events named them all; else as h's /tokenize counts the
 // text (a chunk may carry more than one token: llama-server holds back a
 // token that ends inside a UTF-8 character and sends it with the next),
 // or the chunks counted when h does not answer.
 func (sp *splicer) generated(h *head) int {
-	if sp.kind.raw() && sp.ids.exact() {
-		return len(sp.ids.sent)
+	if n, ok := sp.ans.IDsKnown(); ok {
+		return n
 	}
-	text := string(sp.reasoning) + string(sp.content)
+	text := sp.ans.Text()
 	ctx, cancel := context.WithTimeout(sp.ctx, tokenizeTimeout)
 	defer cancel()
 	q, _ := json.Marshal(map[string]any{"content": text, "add_special": false})
@@ -621,31 +354,16 @@ func (sp *splicer) generated(h *head) int {
 	req.Header = headerForHead(sp.c.header)
 	resp, err := sp.s.opts.Transport.RoundTrip(req)
 	if err != nil {
-		return sp.tokens
+		return sp.ans.Tokens()
 	}
 	defer resp.Body.Close()
 	var doc struct {
 		Tokens []json.RawMessage `json:"tokens"`
 	}
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&doc) != nil || doc.Tokens == nil {
-		return sp.tokens
+		return sp.ans.Tokens()
 	}
-	return max(len(doc.Tokens), sp.tokens)
-}
-
-// sentTokens is how many tokens the client has: its token ids when known,
-// else the events that brought text.
-func (sp *splicer) sentTokens() int {
-	if sp.kind.raw() && sp.ids.exact() {
-		return len(sp.ids.sent)
-	}
-	return sp.tokens
-}
-
-func roleOf(m map[string]json.RawMessage) string {
-	var r string
-	_ = json.Unmarshal(m["role"], &r)
-	return r
+	return max(len(doc.Tokens), sp.ans.Tokens())
 }
 
 // fail ends the answer with an error event saying why (an answer cut and
@@ -655,7 +373,7 @@ func (sp *splicer) fail(result, why string) {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "the answer was cut: " + why,
 		"type": "server_error", "code": http.StatusBadGateway}})
 	fmt.Fprintf(&sp.out, "data: %s\n\n", b)
-	sp.c.outcome, sp.c.why, sp.c.finish = OutcomeCut, why, finishCut
+	sp.c.outcome, sp.c.why, sp.c.tally.Finish = OutcomeCut, why, finishCut
 	sp.end = true
 }
 
@@ -663,13 +381,13 @@ func (sp *splicer) fail(result, why string) {
 // is cancelled if it is still going) and a continuation's head released.
 func (sp *splicer) Close() error {
 	sp.closeOnce.Do(func() {
-		if !sp.end && !sp.finished {
+		if !sp.end && !sp.ans.Finished() {
 			sp.c.gone = true // closed before its end: the client left
 		}
-		if !sp.c.counted && sp.tokens > 0 {
+		if !sp.c.tally.Counted && sp.ans.Tokens() > 0 {
 			// The head gave no usage: the tokens the client got, counted by
 			// their chunks (a prompt unknown).
-			sp.c.completion, sp.c.counted = sp.tokens, true
+			sp.c.tally.Completion, sp.c.tally.Counted = sp.ans.Tokens(), true
 		}
 		sp.closeCur()
 		sp.releaseHead()
@@ -702,222 +420,12 @@ func (sp *splicer) releaseHead() {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// take passes one event on, noting what the client has received; a
-// continuation's events are rewritten into the first answer's.
+// take passes one event on (stream.Answer.Take) and times the tokens it
+// brought.
 func (sp *splicer) take(ev []byte) {
-	sp.taken++
-	var e sseEvent
-	e, sp.data = parseEvent(ev, sp.data)
-	switch {
-	case e.failed:
-		// The head ended the answer with an error of its own: its
-		// answer's end, not a cut to continue.
-		sp.finished, sp.c.finish = true, finishError
-		sp.out.Write(ev)
-		return
-	case e.data == nil:
-		sp.out.Write(ev) // a comment, or a field the splicer does not read
-		return
-	case string(e.data) == "[DONE]":
-		sp.finished = true
-		sp.out.Write(ev)
-		return
-	}
-	if sp.kind.raw() {
-		sp.takeRaw(ev, e.data)
-		return
-	}
-	sp.takeChat(ev, e.data)
-}
-
-// chunkInfo is what the splicer reads of a chat chunk without decoding it:
-// raw JSON values, nil when absent.
-type chunkInfo struct {
-	id, model, created []byte
-	// content and reasoning are the first choice's delta texts (raw JSON
-	// strings); finish is set when any choice has a finish reason.
-	content, reasoning []byte
-	toolCall, finish   bool
-	finishReason       []byte // the first finish reason (raw)
-	failed             bool   // an "error" key: the head's own end
-	// usage is the chunk's usage (raw); usageOnly is set for the chunk
-	// that holds it alone ("choices": []).
-	usage     []byte
-	usageOnly bool
-}
-
-// scanChat reads a chat chunk's keys; ok is false when data is not a JSON
-// object.
-func scanChat(data []byte) (ci chunkInfo, ok bool) {
-	err := eachKey(data, func(key, val []byte, _ int) bool {
-		switch {
-		case keyIs(key, "choices"):
-			ci.usageOnly = string(bytes.TrimSpace(val)) == "[]"
-			first := true
-			eachElem(val, func(choice []byte) bool {
-				_ = eachKey(choice, func(key, val []byte, _ int) bool {
-					switch {
-					case keyIs(key, "delta") && first:
-						_ = eachKey(val, func(key, val []byte, _ int) bool {
-							switch {
-							case keyIs(key, "content"):
-								ci.content = val
-							case keyIs(key, "reasoning_content"):
-								ci.reasoning = val
-							case keyIs(key, "tool_calls"):
-								ci.toolCall = !isNull(val) && string(val) != "[]"
-							}
-							return true
-						})
-					case keyIs(key, "text") && first: // a completion's chunk
-						ci.content = val
-					case keyIs(key, "finish_reason") && !isNull(val):
-						if !ci.finish {
-							ci.finishReason = val
-						}
-						ci.finish = true
-					}
-					return true
-				})
-				first = false
-				return true
-			})
-		case keyIs(key, "id"):
-			ci.id = val
-		case keyIs(key, "model"):
-			ci.model = val
-		case keyIs(key, "created"):
-			ci.created = val
-		case keyIs(key, "error"):
-			ci.failed = true
-		case keyIs(key, "usage") && !isNull(val):
-			ci.usage = val
-		}
-		return true
-	})
-	ci.usageOnly = ci.usageOnly && ci.usage != nil
-	return ci, err == nil
-}
-
-// appendText appends the text of a raw JSON string value to dst; it
-// reports whether there was any.
-func appendText(dst *[]byte, raw []byte) bool {
-	if len(raw) < 3 || raw[0] != '"' {
-		return false // absent, null, or ""
-	}
-	*dst, _ = appendUnquoted(*dst, raw[1:len(raw)-1])
-	return true
-}
-
-// takeChat handles one chat chunk: passed on as it came from the first
-// head; a continuation's rewritten into the first answer's.
-func (sp *splicer) takeChat(ev, data []byte) {
-	if !sp.spliced {
-		ci, ok := scanChat(data)
-		if ok && ci.failed {
-			sp.finished, sp.c.finish = true, finishError // the head's own error: its answer's end
-		}
-		if ok && !ci.failed {
-			if sp.id == "" {
-				sp.id, _ = stringValue(ci.id)
-				sp.model, _ = stringValue(ci.model)
-				sp.created = bytes.Clone(ci.created)
-			}
-			sp.note(ci.content, ci.reasoning, ci.toolCall, ci.finish)
-			sp.noteFinish(ci.finishReason)
-			if ci.usage != nil && !sp.takeUsage(ci.usage, ci.usageOnly) {
-				return
-			}
-		}
-		sp.out.Write(ev)
-		return
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(data, &obj) != nil {
-		sp.out.Write(ev) // not ours to judge
-		return
-	}
-	if _, failed := obj["error"]; failed {
-		sp.finished, sp.c.finish = true, finishError
-		sp.out.Write(ev)
-		return
-	}
-	sp.spliceChat(obj)
-}
-
-// takeUsage records an answer's usage; it reports whether the chunk that
-// holds it goes to the client: not a chunk of usage alone (no choices)
-// that the front door asked for and the client did not.
-func (sp *splicer) takeUsage(raw []byte, alone bool) bool {
-	sp.c.takeUsage(raw)
-	return !alone || !sp.c.usageAsked
-}
-
-// noteFinish records a chunk's finish reason.
-func (sp *splicer) noteFinish(raw []byte) {
-	if r, ok := stringValue(raw); ok && r != "" {
-		sp.c.finish = r
-	}
-}
-
-// spliceChat rewrites a continuation's chunk into the first answer's: its
-// id, created and model; no second role chunk; the echo of the prefill, if
-// any, dropped; usage counted for the whole answer.
-func (sp *splicer) spliceChat(obj map[string]json.RawMessage) {
-	var raw []map[string]json.RawMessage
-	_ = json.Unmarshal(obj["choices"], &raw)
-	keep := raw[:0]
-	for _, ch := range raw {
-		delta := map[string]json.RawMessage{}
-		_ = json.Unmarshal(ch["delta"], &delta)
-		delete(delta, "role")
-		if c, ok := delta["content"]; ok && !isNull(c) {
-			text, _ := stringValue(c)
-			if sp.echo != "" {
-				text = strings.TrimPrefix(text, sp.echo)
-				sp.echo = ""
-			}
-			if text == "" {
-				delete(delta, "content")
-			} else {
-				delta["content"], _ = json.Marshal(text)
-			}
-		}
-		finish := !isNull(ch["finish_reason"])
-		if finish {
-			sp.noteFinish(ch["finish_reason"])
-		}
-		if len(delta) == 0 && !finish {
-			continue // only the role, or only the echo
-		}
-		ch["delta"], _ = json.Marshal(delta)
-		keep = append(keep, ch)
-		tc := delta["tool_calls"]
-		sp.note(delta["content"], delta["reasoning_content"], !isNull(tc) && string(tc) != "[]", finish)
-	}
-	if len(raw) > 0 && len(keep) == 0 {
-		return
-	}
-	obj["choices"], _ = json.Marshal(keep)
-	sp.restamp(obj)
-	if u, ok := obj["usage"]; ok && !isNull(u) {
-		obj["usage"] = sp.usage(u)
-		if !sp.takeUsage(obj["usage"], len(raw) == 0) {
-			return
-		}
-	}
-	sp.emit(obj)
-}
-
-// note records a delta the client receives (raw JSON strings).
-func (sp *splicer) note(content, reasoning []byte, toolCall, finished bool) {
-	text := appendText(&sp.content, content)
-	if appendText(&sp.reasoning, reasoning) || text {
-		sp.tokens++
+	for n := sp.ans.Take(ev, &sp.out); n > 0; n-- {
 		sp.tokenSeen()
 	}
-	sp.toolCall = sp.toolCall || toolCall
-	sp.finished = sp.finished || finished
 }
 
 // tokenSeen times a token reaching the client: the first from the
@@ -932,127 +440,4 @@ func (sp *splicer) tokenSeen() {
 		sp.itl.Observe(now.Sub(sp.lastToken).Seconds())
 	}
 	sp.lastToken = now
-}
-
-// takeRaw handles one /completion event; its last one (stop) carries
-// the answer's tokens and why it stopped.
-func (sp *splicer) takeRaw(ev, data []byte) {
-	var content, failed, predicted, evaluated, stopType, ids []byte
-	var stop bool
-	err := eachKey(data, func(key, val []byte, _ int) bool {
-		switch {
-		case keyIs(key, "content"):
-			content = val
-		case keyIs(key, "tokens"):
-			ids = val
-		case keyIs(key, "stop"):
-			stop = string(val) == "true"
-		case keyIs(key, "error"):
-			failed = val
-		case keyIs(key, "tokens_predicted"):
-			predicted = val
-		case keyIs(key, "tokens_evaluated"):
-			evaluated = val
-		case keyIs(key, "stop_type"):
-			stopType = val
-		}
-		return true
-	})
-	if err != nil || failed != nil {
-		if failed != nil {
-			sp.finished, sp.c.finish = true, finishError
-		}
-		sp.out.Write(ev)
-		return
-	}
-	if appendText(&sp.content, content) {
-		sp.tokens++
-		sp.tokenSeen()
-	}
-	if !stop && sp.refuse == "" {
-		sp.ids.note(ids, predicted, content)
-	}
-	if stop {
-		sp.finished = true
-		sp.c.finish = rawFinish(stopType)
-		p, _ := numberValue(evaluated)
-		n, _ := numberValue(predicted)
-		if sp.spliced {
-			p, n = max(p-float64(sp.beforeSplit), 0), n+float64(sp.beforeSplit)
-		}
-		sp.c.prompt, sp.c.completion, sp.c.counted = int(p), int(n), predicted != nil
-	}
-	if !sp.spliced {
-		sp.out.Write(ev)
-		return
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(data, &obj) != nil {
-		sp.out.Write(ev)
-		return
-	}
-	for key, add := range map[string]int{"tokens_predicted": sp.beforeSplit, "tokens_evaluated": -sp.beforeSplit} {
-		var n int
-		if json.Unmarshal(obj[key], &n) == nil && obj[key] != nil {
-			obj[key], _ = json.Marshal(max(n+add, 0))
-		}
-	}
-	if sp.model != "" {
-		obj["model"], _ = json.Marshal(sp.model)
-	}
-	sp.emit(obj)
-}
-
-// rawFinish is a /completion's stop_type as a chat finish reason: "limit"
-// (n_predict reached) is "length", an end of stream or a stop word "stop".
-func rawFinish(stopType []byte) string {
-	if t, _ := stringValue(stopType); t == "limit" {
-		return finishLength
-	}
-	return finishStop
-}
-
-// restamp gives a continuation's chunk the first answer's id, created and
-// model.
-func (sp *splicer) restamp(obj map[string]json.RawMessage) {
-	if sp.id != "" {
-		obj["id"], _ = json.Marshal(sp.id)
-	}
-	if sp.model != "" {
-		obj["model"], _ = json.Marshal(sp.model)
-	}
-	if sp.created != nil {
-		obj["created"] = sp.created
-	}
-}
-
-// usage is a continuation's usage as the client's request's: the tokens
-// generated before the split count as completion, not as prompt (the
-// continuation's prompt held them as its prefill; re-tokenized, so the
-// split is approximate by the tokenizer's view of that text).
-func (sp *splicer) usage(raw json.RawMessage) json.RawMessage {
-	var u map[string]json.RawMessage
-	if json.Unmarshal(raw, &u) != nil {
-		return raw
-	}
-	var prompt, completion int
-	_ = json.Unmarshal(u["prompt_tokens"], &prompt)
-	_ = json.Unmarshal(u["completion_tokens"], &completion)
-	prompt, completion = max(prompt-sp.beforeSplit, 0), completion+sp.beforeSplit
-	u["prompt_tokens"], _ = json.Marshal(prompt)
-	u["completion_tokens"], _ = json.Marshal(completion)
-	u["total_tokens"], _ = json.Marshal(prompt + completion)
-	out, _ := json.Marshal(u)
-	return out
-}
-
-// emit writes a rewritten event.
-func (sp *splicer) emit(obj map[string]json.RawMessage) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return
-	}
-	sp.out.WriteString("data: ")
-	sp.out.Write(b)
-	sp.out.WriteString("\n\n")
 }

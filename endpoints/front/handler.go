@@ -10,9 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/accesslog"
+	"slurm-llm/endpoints/front/stream"
+	"slurm-llm/endpoints/front/webui"
+	"slurm-llm/endpoints/front/wire"
 )
 
 // proxied are the paths passed on to a head (POST, routed by "model"):
@@ -43,9 +46,9 @@ type call struct {
 	urlPath  string // the path the client asked for
 	tier     string // the tier serving the model ("" until resolved)
 	model    string // the model name sent to the head
-	conv     string // affinityKey of the request's conversation ("" for none)
+	conv     string // wire.ConversationKey of the request's conversation ("" for none)
 	body     []byte
-	keys     reqKeys // the body's top-level keys the front door reads
+	keys     wire.Keys // the body's top-level keys the front door reads
 	size     int64
 	reserved int64 // body bytes counted in the front door's in-flight bound
 	stream   bool
@@ -86,10 +89,10 @@ type call struct {
 	// it was written to its head (the next held one may go).
 	onWritten func()
 	// ctx is the client's request's; kind the stream shape the front door
-	// can continue (streamNone: not continued); backup is set when a
+	// can continue (stream.None: not continued); backup is set when a
 	// backup model answers (never continued).
 	ctx    context.Context
-	kind   streamKind
+	kind   stream.Kind
 	backup bool
 	// continued counts continuations on another head, moved those made
 	// because the head drained; heads are the heads that served it.
@@ -100,15 +103,12 @@ type call struct {
 	restored int
 	pause    time.Duration
 	heads    []string
-	// What the answer says of itself: its tokens (usage, or a
-	// /completion's last event; a continued answer's as one answer), its
-	// finish reason ("error" for a head's error event); usageAsked is set
-	// when the front door asked a chat stream's head for its usage chunk
-	// on its own (the client then does not get that chunk).
-	prompt, completion int
-	counted            bool
-	finish             string
-	usageAsked         bool
+	// tally is what the answer says of itself: its tokens and its finish
+	// reason; usageAsked is set when the front door asked a chat stream's
+	// head for its usage chunk on its own (the client then does not get
+	// that chunk).
+	tally      wire.Tally
+	usageAsked bool
 	// id is who sent it; admitted and tracked are set once the user's
 	// limits and fair share count it (until finish).
 	id                access.Identity
@@ -120,22 +120,6 @@ func (c *call) written() {
 	if c.onWritten != nil {
 		c.onWritten()
 	}
-}
-
-// maxEcho bounds what of a client's own input (a model name, a path, a
-// header) the front door repeats in an answer or a log line.
-const maxEcho = 128
-
-// echo is s cut to maxEcho bytes (at a rune boundary), for quoting.
-func echo(s string) string {
-	if len(s) <= maxEcho {
-		return s
-	}
-	cut := maxEcho
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // ServeHTTP is the front door. Every request ends in exactly one access
@@ -153,16 +137,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/health":
 		s.answer(w, c, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 		return
-	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && isUIPath(path):
+	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && webui.IsPath(path):
 		s.serveUI(w, r, c, pinned)
 		return
-	case uiRefused[path]:
+	case webui.Refused(path):
 		s.refuseFeature(w, c)
 		return
-	case path == streamsLookupPath || path == streamPath:
+	case path == webui.StreamsLookupPath || path == webui.StreamPath:
 		s.answerNoStreams(w, c)
 		return
-	case path == modelsFeedPath && pinned == "":
+	case path == webui.ModelsFeedPath && pinned == "":
 		s.serveModelsFeed(w, r, c)
 		return
 	case pinned == "" && s.isPrefix(path):
@@ -185,7 +169,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, c, http.StatusOK, mergedModels(s.tab.Load(), s.tierOf, pinned))
 		return
 	case !proxied[path]:
-		s.reject(w, c, http.StatusNotFound, "invalid_request_error", "unknown path "+strconv.Quote(echo(r.URL.Path)), nil)
+		s.reject(w, c, http.StatusNotFound, "invalid_request_error", "unknown path "+strconv.Quote(wire.Echo(r.URL.Path)), nil)
 		return
 	case r.Method != http.MethodPost:
 		s.reject(w, c, http.StatusMethodNotAllowed, "invalid_request_error", "use POST", nil)
@@ -245,12 +229,12 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if !s.readBody(w, r, c, cfg) {
 		return false
 	}
-	keys, err := readKeys(c.body)
+	keys, err := wire.ReadKeys(c.body)
 	if err != nil {
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return false
 	}
-	model, ok := keys.modelName()
+	model, ok := keys.ModelName()
 	if !ok {
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", `"model" must be a string`, nil)
 		return false
@@ -263,24 +247,24 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 	if !ok {
 		return false
 	}
-	kind := streamNone
-	if keys.stream {
-		kind = kindOf(c.path)
+	kind := stream.None
+	if keys.Stream {
+		kind = stream.KindOf(c.path)
 	}
-	var edits []edit
+	var edits []wire.Edit
 	// The model the head serves: an alias's, the default, or under a
 	// prefix the tier's for a name no tier serves is left as the client
 	// wrote it (the tier's own llama-server answered any name).
 	if _, alias := cfg.Aliases[asked]; name != asked && (pinned == "" || asked == "" || alias) {
-		edits = append(edits, setModel(c.body, keys, name))
+		edits = append(edits, wire.SetModel(c.body, keys, name))
 	}
-	if kind.counted() && !keys.usageAsked() {
-		edits = append(edits, askUsage(c.body, keys))
+	if kind.Counted() && !keys.UsageAsked() {
+		edits = append(edits, wire.AskUsage(c.body, keys))
 		c.usageAsked = true
 	}
 	if len(edits) > 0 {
-		c.body = apply(c.body, edits...)
-		if keys, err = readKeys(c.body); err != nil { // offsets moved
+		c.body = wire.Apply(c.body, edits...)
+		if keys, err = wire.ReadKeys(c.body); err != nil { // offsets moved
 			s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 			return false
 		}
@@ -290,9 +274,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, c *call, pinned
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", err.Error(), nil)
 		return false
 	}
-	c.tier, c.model, c.keys, c.stream = tier, name, keys, keys.stream
+	c.tier, c.model, c.keys, c.stream = tier, name, keys, keys.Stream
 	if cfg.AffinityTTL > 0 {
-		c.conv = affinityKey(name, c.body)
+		c.conv = wire.ConversationKey(name, c.body)
 	}
 	if !s.admit(w, c) {
 		return false
@@ -328,18 +312,18 @@ func (s *Server) route(w http.ResponseWriter, c *call, model, pinned string) (ti
 	case pinned != "" && tier != "" && tier != pinned:
 		s.reject(w, c, http.StatusBadRequest, "invalid_request_error",
 			fmt.Sprintf("the model %q is served by tier %s, not by this URL's tier %s (%s): send it to /v1/... without the prefix, which routes by model",
-				echo(model), tier, pinned, s.tierCfg(pinned).Prefix), s.tierModels(pinned))
+				wire.Echo(model), tier, pinned, s.tierCfg(pinned).Prefix), s.tierModels(pinned))
 		return "", "", false
 	case pinned != "" && tier == "":
 		if only := s.tierModels(pinned); len(only) == 1 {
 			return pinned, only[0], true
 		}
 		s.reject(w, c, http.StatusNotFound, "model_not_found",
-			fmt.Sprintf("the model %q does not exist at this URL (tier %s): use one of the models listed", echo(model), pinned), s.tierModels(pinned))
+			fmt.Sprintf("the model %q does not exist at this URL (tier %s): use one of the models listed", wire.Echo(model), pinned), s.tierModels(pinned))
 		return "", "", false
 	case tier == "":
 		s.reject(w, c, http.StatusNotFound, "model_not_found",
-			fmt.Sprintf("the model %q does not exist here: use one of the models listed", echo(model)), s.knownModels())
+			fmt.Sprintf("the model %q does not exist here: use one of the models listed", wire.Echo(model)), s.knownModels())
 		return "", "", false
 	}
 	return tier, name, true
@@ -369,7 +353,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, c *call, cfg *
 		return false
 	}
 	bad := func(err error) bool {
-		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", "cannot read the request body: "+echo(err.Error()), nil)
+		s.reject(w, c, http.StatusBadRequest, "invalid_request_error", "cannot read the request body: "+wire.Echo(err.Error()), nil)
 		return false
 	}
 	if r.ContentLength >= 0 {
@@ -433,12 +417,12 @@ func (s *Server) holdFor(r *http.Request, tier string) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.ParseFloat(v, 64)
 		if nerr != nil || n < 0 || n > 1e6 {
-			return 0, fmt.Errorf("%s: want a duration such as 30s, or seconds (got %q)", HoldHeader, echo(v))
+			return 0, fmt.Errorf("%s: want a duration such as 30s, or seconds (got %q)", HoldHeader, wire.Echo(v))
 		}
 		d = time.Duration(n * float64(time.Second))
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("%s: want 0 or more (got %q)", HoldHeader, echo(v))
+		return 0, fmt.Errorf("%s: want 0 or more (got %q)", HoldHeader, wire.Echo(v))
 	}
 	return min(d, s.cfg.Load().HoldMax), nil
 }
@@ -496,10 +480,10 @@ func (s *Server) finish(c *call) {
 	case c.head != nil:
 		head = c.head.addr
 	}
-	s.access.add(accessEntry{start: c.start, method: c.method, path: c.urlPath, status: c.status, tier: tier, model: model,
-		head: head, held: c.held, duration: s.now().Sub(c.start), bytesIn: c.size, bytesOut: c.bytesOut,
-		attempts: c.attempts, outcome: c.outcome, continued: c.continued, moved: c.moved, restored: c.restored, pause: c.pause, why: c.why,
-		id: c.id, prompt: c.prompt, completion: c.completion, counted: c.counted})
+	s.access.Add(accesslog.Entry{Start: c.start, Method: c.method, Path: c.urlPath, Status: c.status, Tier: tier, Model: model,
+		Head: head, Held: c.held, Duration: s.now().Sub(c.start), BytesIn: c.size, BytesOut: c.bytesOut,
+		Attempts: c.attempts, Outcome: c.outcome, Continued: c.continued, Moved: c.moved, Restored: c.restored, Pause: c.pause, Why: c.why,
+		ID: c.id, Prompt: c.tally.Prompt, Completion: c.tally.Completion, Counted: c.tally.Counted})
 }
 
 // cors marks the answer to a browser whose origin is allowed
@@ -545,13 +529,6 @@ func (s *Server) options(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	c.status, c.outcome = http.StatusNoContent, OutcomeAnswered
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // statusWriter remembers the status a handler wrote.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"slurm-llm/endpoints/front/hold"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -31,7 +32,7 @@ type queue struct {
 // waiter is one held request.
 type waiter struct {
 	model    string
-	conv     string // affinityKey of its conversation
+	conv     string // wire.ConversationKey of its conversation
 	deadline time.Time
 	size     int64
 	ch       chan grant // buffered: the dispatcher never blocks
@@ -291,9 +292,9 @@ func (s *Server) dispatchLocked(q *queue) {
 }
 
 // verdict applies the hold rule to tier for a request with deadline.
-func (s *Server) verdict(tier string, deadline time.Time) Verdict {
+func (s *Server) verdict(tier string, deadline time.Time) hold.Verdict {
 	now := s.now()
-	in := HoldInput{View: s.view(tier), Now: now, Deadline: deadline, HoldUnknown: s.cfg.Load().HoldUnknown}
+	in := hold.Input{View: s.view(tier), Now: now, Deadline: deadline, HoldUnknown: s.cfg.Load().HoldUnknown}
 	if !s.tab.Load().routed(tier) {
 		s.mu.Lock()
 		since, ok := s.reasonSince[tier]
@@ -302,11 +303,11 @@ func (s *Server) verdict(tier string, deadline time.Time) Verdict {
 			in.ReasonFor = now.Sub(since)
 		}
 	}
-	return Decide(in)
+	return hold.Decide(in)
 }
 
 // pick acquires the head of tier serving model for a request of the
-// conversation conv (affinityKey; "" for none): the head that served its
+// conversation conv (wire.ConversationKey; "" for none): the head that served its
 // last turn (affinity.go) when it takes one more now and carries at most
 // its slots and its own queue's share above the least loaded; else the
 // head with the fewest requests in flight (nginx's least_conn) among those that take one more now

@@ -40,15 +40,3 @@ func TestCodeCompletionPathsAreLlamaServersOwnEvents(t *testing.T) {
 		})
 	}
 }
-
-// TestInfillIsNotContinued: an /infill stream's prompt is built by the
-// head from input_prefix and input_suffix, so a cut one is not resent
-// with its text as a prefill.
-func TestInfillIsNotContinued(t *testing.T) {
-	if why := refusedBecause(kindOf("/infill"), reqKeys{}); !strings.Contains(why, "/infill") {
-		t.Errorf("refusedBecause(/infill) = %q, want a reason naming /infill", why)
-	}
-	if why := refusedBecause(kindOf("/completions"), reqKeys{}); why != "" {
-		t.Errorf("refusedBecause(/completions) = %q, want none: it is /completion", why)
-	}
-}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"slurm-llm/endpoints/front/wire"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -169,13 +170,13 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			}
 			switch {
 			case resp.StatusCode >= http.StatusBadRequest:
-				c.finish = finishError
+				c.tally.Finish = wire.FinishError
 			case strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"):
 				if resp.StatusCode == http.StatusOK {
 					resp.Body = s.newSplicer(c, resp.Body)
 				}
 			default:
-				resp.Body = newSniffer(c, resp.Body)
+				resp.Body = wire.Sniff(resp.Body, &c.tally)
 			}
 			return nil
 		},
@@ -294,7 +295,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, c *call) bool {
 	if h == nil {
 		return false
 	}
-	body := apply(c.body, setModel(c.body, c.keys, name))
+	body := wire.Apply(c.body, wire.SetModel(c.body, c.keys, name))
 	own := c.body
 	c.body, c.backup = body, true
 	if s.attempt(w, r, c, h) {

@@ -241,20 +241,3 @@ func TestDrainingSaverIsLeftAndRestored(t *testing.T) {
 		t.Errorf("continued{restored=true} %v, want 1", n)
 	}
 }
-
-// A /completion cut twice: its second head got the prompt with the text
-// the client had at the first cut, and its drain keyed the slot by that
-// (the first KeyBytes of it): the second continuation looks it up so, and
-// the first by the prompt alone.
-func TestRawConversationKeyAfterAContinuation(t *testing.T) {
-	sp := &splicer{kind: streamRaw, c: &call{body: []byte(`{"prompt":"count ","stream":true}`)}}
-	key, err := sp.conversationKey(t.Context(), nil, "", nil)
-	if err != nil || key != kvsave.Key("count ") {
-		t.Errorf("first cut: key %q %v, want the prompt's", key, err)
-	}
-	sp.spliced, sp.echo = true, "t0 t1 "
-	key, err = sp.conversationKey(t.Context(), nil, "", nil)
-	if err != nil || key != kvsave.Key("count t0 t1 ") {
-		t.Errorf("second cut: key %q %v, want the continuation's prompt's", key, err)
-	}
-}

@@ -33,7 +33,7 @@ func (r *rig) streamRawBody(path, body string) (int, string) {
 
 // TestStreamOptionsNullIsCounted: a chat stream whose
 // stream_options is null (or any non-object) is marked usageAsked, but
-// askUsage leaves the body as it is, so the head sends no usage chunk: the
+// wire.AskUsage leaves the body as it is, so the head sends no usage chunk: the
 // answer's tokens are never counted (metrics, usage, tokens_per_minute).
 func TestStreamOptionsNullIsCounted(t *testing.T) {
 	for _, opts := range []string{``, `,"stream_options":null`} {
@@ -434,7 +434,7 @@ func TestCompletionsStreamIsCounted(t *testing.T) {
 // TestBlankLinesDoNotStallABufferedEvent: Read coalesces the events
 // already buffered; eventBuffered looks for "\n\n" anywhere in the buffer,
 // so blank lines after an event (SSE allows any number) followed by part
-// of the next event make readEvent wait for the head, holding back the
+// of the next event make stream.ReadEvent wait for the head, holding back the
 // event already read.
 func TestBlankLinesDoNotStallABufferedEvent(t *testing.T) {
 	for _, sep := range []string{"\n\n", "\n\n\n\n"} {

@@ -477,7 +477,7 @@ func (r *rig) do(model, tag string, hdr ...string) (int, http.Header, string) {
 // accessLog is the access log so far: every line of a request answered
 // before the call (they are written off the answers' path).
 func (r *rig) accessLog() string {
-	r.s.access.flush(5 * time.Second)
+	r.s.access.Flush(5 * time.Second)
 	return r.log.String()
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front/accesslog"
+	"slurm-llm/endpoints/front/rawconn"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -48,7 +50,7 @@ type Server struct {
 	rr      atomic.Uint64
 	// access writes the access log off the answers' path (nil: none);
 	// bodyBytes counts the request bodies held now (max_body_bytes_in_flight).
-	access    *accessLog
+	access    *accesslog.Log
 	bodyBytes atomic.Int64
 	// affinity is each conversation's last head (affinity.go).
 	affinity affinity
@@ -100,23 +102,23 @@ func New(cfg Config, opts Options) *Server {
 	s.catalog.Store(&map[string]string{})
 	s.rp = s.newProxy()
 	if opts.AccessLog != nil {
-		s.access = newAccessLog(opts.AccessLog, func() { s.metrics.accessDropped.Inc() })
+		s.access = accesslog.New(opts.AccessLog, func() { s.metrics.accessDropped.Inc() })
 	}
 	if opts.Access != nil {
 		s.metrics.reg.MustRegister(opts.Access.Collectors()...)
 	}
-	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second), now: opts.Now}
+	s.poller = poller{client: &http.Client{Transport: opts.Transport}, timeout: min(cfg.ModelsRefresh, 2*time.Second)}
 	return s
 }
 
 // headTransport is the transport to the heads: a bounded connect (its
-// connections' reads and writes raw system calls, rawconn_linux.go), many
+// connections' reads and writes raw system calls: package rawconn), many
 // idle connections per head (a head serves many clients through one front
 // door), idle ones dropped before llama-server's keep-alive timeout (5 s
 // in cpp-httplib) would close them under a request.
 func headTransport(connect time.Duration) *http.Transport {
 	return &http.Transport{
-		DialContext:         rawDialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}),
+		DialContext:         rawconn.Dialer(&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     3 * time.Second,
@@ -132,7 +134,7 @@ func (s *Server) now() time.Time { return s.opts.Now() }
 // have their lines lost).
 func (s *Server) Close() {
 	if s.access != nil {
-		s.access.close()
+		s.access.Close()
 	}
 }
 
@@ -273,10 +275,8 @@ func (s *Server) Run(ctx context.Context) {
 		s.poller.pollAll(ctx, heads)
 		s.mu.Lock()
 		for _, h := range heads {
-			if hm := h.models.Load(); hm != nil {
-				for id := range hm.byID {
-					s.learnLocked(id, h.tier)
-				}
+			for id := range h.models.Load().IDs() {
+				s.learnLocked(id, h.tier)
 			}
 		}
 		s.mu.Unlock()

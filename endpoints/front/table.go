@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"slurm-llm/endpoints"
+	"slurm-llm/endpoints/front/catalog"
 	"slurm-llm/endpoints/tiers"
 )
 
@@ -28,7 +29,7 @@ type head struct {
 
 	inFlight    atomic.Int64
 	failedUntil atomic.Int64 // unix ns; 0 when not failing
-	models      atomic.Pointer[headModels]
+	models      atomic.Pointer[catalog.Models]
 	// slots is how many requests the head serves at once (its /slots, as
 	// llama-server's --parallel); 0 before it was read, -1 when it cannot
 	// be (router mode): unknown is no limit.
@@ -85,11 +86,7 @@ func (h *head) serves(model string) bool {
 	if d := h.declared.Load(); d != nil && slices.Contains(*d, model) {
 		return true
 	}
-	if m := h.models.Load(); m != nil {
-		_, ok := m.byID[model]
-		return ok
-	}
-	return false
+	return h.models.Load().Serves(model)
 }
 
 // modelNames appends to out the model names h serves: its file's and its
@@ -98,18 +95,12 @@ func (h *head) modelNames(out []string) []string {
 	if d := h.declared.Load(); d != nil {
 		out = append(out, *d...)
 	}
-	if hm := h.models.Load(); hm != nil {
-		for m := range hm.byID {
-			out = append(out, m)
-		}
-	}
-	return out
+	return slices.AppendSeq(out, h.models.Load().IDs())
 }
 
 // failedModel reports whether the head's router says model failed to load.
 func (h *head) failedModel(model string) bool {
-	m := h.models.Load()
-	return m != nil && m.byID[model].status == "failed"
+	return h.models.Load().Failed(model)
 }
 
 // failing reports whether the head is skipped at now after a failure.

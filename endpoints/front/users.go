@@ -84,7 +84,7 @@ func (s *Server) account(c *call) {
 	if c.tracked {
 		a.Tracker.End(c.tier, c.id.User, served)
 	}
-	tokens := int64(c.prompt + c.completion)
+	tokens := int64(c.tally.Prompt + c.tally.Completion)
 	if c.admitted {
 		a.Limiter.Done(c.tier, c.id.User, tokens)
 	}
@@ -92,7 +92,7 @@ func (s *Server) account(c *call) {
 		return
 	}
 	rec := usage.Record{Time: c.start, User: c.id.User, Account: c.id.Account, Tier: c.tier, Model: c.model,
-		Status: c.status, Outcome: c.outcome, PromptTokens: int64(c.prompt), CompletionTokens: int64(c.completion),
+		Status: c.status, Outcome: c.outcome, PromptTokens: int64(c.tally.Prompt), CompletionTokens: int64(c.tally.Completion),
 		Held: c.held, Served: served}
 	if a.Usage != nil {
 		a.Usage.Add(rec)

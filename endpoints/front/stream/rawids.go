@@ -1,14 +1,16 @@
-package front
+package stream
 
 import (
 	"encoding/json"
 	"strconv"
+
+	"slurm-llm/endpoints/front/wire"
 )
 
 // A /completion stream's events carry the id of each token they send
 // (llama-server's "tokens": [id], FACTS.md Q14). A cut answer continued by
-// those ids ([prompt, id, …] as the prompt) is the very token sequence the
-// head had, where its text would be tokenized again, differently at the
+// those ids ([prompt, id, …] as the prompt; Continuation) is the very
+// token sequence the head had, where its text would be tokenized again, differently at the
 // prompt's end and wherever the model wrote pieces that merge: the next
 // head's cache (a restored slot's or its own) then matches up to the last
 // token, not only to the first difference, and a greedy answer goes on
@@ -34,13 +36,13 @@ func (r *rawIDs) note(tokens, predicted, content []byte) {
 		return
 	}
 	r.noted = true
-	p, ok := numberValue(predicted)
+	p, ok := wire.NumberValue(predicted)
 	if tokens == nil || !ok {
 		r.lost = true
 		return
 	}
 	n := 0
-	eachElem(tokens, func(val []byte) bool {
+	wire.EachElem(tokens, func(val []byte) bool {
 		id, err := strconv.ParseInt(string(val), 10, 64)
 		if err != nil {
 			r.lost = true
@@ -55,7 +57,7 @@ func (r *rawIDs) note(tokens, predicted, content []byte) {
 		return
 	}
 	r.predicted = int64(p)
-	if s, _ := stringValue(content); s != "" {
+	if s, _ := wire.StringValue(content); s != "" {
 		r.sent = append(r.sent, r.held...)
 		r.held = r.held[:0]
 	}

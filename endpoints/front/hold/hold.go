@@ -1,4 +1,10 @@
-package front
+// Package hold is the hold rule, pure: whether a request whose tier has no
+// head for its model now waits for one, or is answered at once and why,
+// from the tier's view and the request's deadline (Decide: an Input in, a
+// Verdict out, table-tested without a network). The queue held requests
+// wait in, who goes next and when the rule is asked again are the front
+// door's.
+package hold
 
 import (
 	"strings"
@@ -8,8 +14,7 @@ import (
 )
 
 // Verdict says whether a request whose tier has no head for its model
-// waits for one, and if not, why: the hold rule. The zero value answers
-// at once.
+// waits for one, and if not, why. The zero value answers at once.
 type Verdict struct {
 	// Hold: wait for a head until the request's deadline.
 	Hold bool
@@ -17,8 +22,8 @@ type Verdict struct {
 	Why string
 }
 
-// HoldInput is everything the hold rule reads.
-type HoldInput struct {
+// Input is everything the hold rule reads.
+type Input struct {
 	// View is the tier's view from the last pass (reason, expected back).
 	View tiers.TierView
 	// ReasonFor is how long the tier's view has given its present reason
@@ -47,7 +52,7 @@ type HoldInput struct {
 // files). It is answered at once when the view says the tier will not be
 // back by itself (disabled, held, not queued, its file refused, its job
 // ended) or not in time.
-func Decide(in HoldInput) Verdict {
+func Decide(in Input) Verdict {
 	v := in.View
 	switch {
 	case !in.Deadline.After(in.Now):

@@ -1,4 +1,4 @@
-package front
+package stream
 
 import (
 	"bufio"
@@ -26,18 +26,18 @@ func TestReadEventLongLines(t *testing.T) {
 				first := "data: " + strings.Repeat("x", n-len("data: ")) + nl + nl
 				second := "data: [DONE]" + nl + nl
 				rd := bufio.NewReaderSize(strings.NewReader(first+second), size)
-				ev, err := readEvent(rd, nil)
+				ev, err := ReadEvent(rd, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if string(ev) != first {
 					t.Fatalf("first event: %d bytes ending %q, want %d bytes ending %q", len(ev), tail(ev), len(first), tail([]byte(first)))
 				}
-				ev, err = readEvent(rd, ev[:0])
+				ev, err = ReadEvent(rd, ev[:0])
 				if err != nil || string(ev) != second {
 					t.Fatalf("second event: %q, %v; want %q", ev, err, second)
 				}
-				if _, err := readEvent(rd, ev[:0]); err != io.EOF {
+				if _, err := ReadEvent(rd, ev[:0]); err != io.EOF {
 					t.Errorf("after the last event: %v, want EOF", err)
 				}
 			})

@@ -1,6 +1,6 @@
 //go:build linux && !race
 
-package front
+package rawconn
 
 import (
 	"syscall"

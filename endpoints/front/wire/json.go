@@ -1,4 +1,4 @@
-package front
+package wire
 
 import (
 	"bytes"
@@ -98,11 +98,11 @@ func skipValue(b []byte, i int) (int, error) {
 	return j, nil
 }
 
-// eachKey calls fn with each key (raw, between its quotes, escapes left
+// EachKey calls fn with each key (raw, between its quotes, escapes left
 // as written) and value (raw, with its offsets in obj) of the JSON object
 // obj, in order, until fn returns false. It fails when obj is not an
 // object.
-func eachKey(obj []byte, fn func(key, val []byte, at int) bool) error {
+func EachKey(obj []byte, fn func(key, val []byte, at int) bool) error {
 	i := skipWS(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return errNotObject
@@ -155,9 +155,9 @@ func trailing(b []byte, i int) error {
 	return nil
 }
 
-// eachElem calls fn with each element of the JSON array arr until fn
+// EachElem calls fn with each element of the JSON array arr until fn
 // returns false; anything but an array calls it for nothing.
-func eachElem(arr []byte, fn func(val []byte) bool) {
+func EachElem(arr []byte, fn func(val []byte) bool) {
 	i := skipWS(arr, 0)
 	if i >= len(arr) || arr[i] != '[' {
 		return
@@ -175,10 +175,10 @@ func eachElem(arr []byte, fn func(val []byte) bool) {
 	}
 }
 
-// keyIs reports whether a raw key (escapes as written) is name. A key
+// KeyIs reports whether a raw key (escapes as written) is name. A key
 // written with escapes ("mod\u0065l") is the name it decodes to, as for
 // the head's JSON parser.
-func keyIs(raw []byte, name string) bool {
+func KeyIs(raw []byte, name string) bool {
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return string(raw) == name
 	}
@@ -186,20 +186,20 @@ func keyIs(raw []byte, name string) bool {
 	return ok && s == name
 }
 
-// isNull reports whether a raw value is absent or null.
-func isNull(raw []byte) bool { return len(raw) == 0 || string(raw) == "null" }
+// IsNull reports whether a raw value is absent or null.
+func IsNull(raw []byte) bool { return len(raw) == 0 || string(raw) == "null" }
 
-// stringValue decodes a raw JSON string value; ok is false for anything
+// StringValue decodes a raw JSON string value; ok is false for anything
 // else.
-func stringValue(raw []byte) (string, bool) {
+func StringValue(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return "", false
 	}
 	return unquote(raw[1 : len(raw)-1])
 }
 
-// numberValue decodes a raw JSON number; ok is false for anything else.
-func numberValue(raw []byte) (float64, bool) {
+// NumberValue decodes a raw JSON number; ok is false for anything else.
+func NumberValue(raw []byte) (float64, bool) {
 	if len(raw) == 0 || !(raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9') {
 		return 0, false
 	}
@@ -296,4 +296,14 @@ func hex4After(s []byte) (rune, int) {
 		return 0, 0
 	}
 	return r, 6
+}
+
+// AppendText appends the text of a raw JSON string value to dst; it
+// reports whether there was any.
+func AppendText(dst *[]byte, raw []byte) bool {
+	if len(raw) < 3 || raw[0] != '"' {
+		return false // absent, null, or ""
+	}
+	*dst, _ = appendUnquoted(*dst, raw[1:len(raw)-1])
+	return true
 }

@@ -1,4 +1,4 @@
-package front
+package rawconn
 
 import (
 	"bufio"
@@ -36,7 +36,7 @@ func rawPair(t *testing.T) (accepted, dialed net.Conn) {
 		}
 		got <- c
 	}()
-	d, err := rawDialer(&net.Dialer{Timeout: 5 * time.Second})(context.Background(), "tcp", ln.Addr().String())
+	d, err := Dialer(&net.Dialer{Timeout: 5 * time.Second})(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,14 @@ func TestRawConnThroughHTTP(t *testing.T) {
 	})}
 	go srv.Serve(Listener(ln))
 	defer srv.Close()
-	client := &http.Client{Transport: headTransport(5 * time.Second)}
+	// The front door's transport to its heads, as its server builds it.
+	client := &http.Client{Transport: &http.Transport{
+		DialContext:         Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}),
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     3 * time.Second,
+		DisableCompression:  true,
+	}}
 	defer client.CloseIdleConnections()
 	url := "http://" + ln.Addr().String()
 	var wg sync.WaitGroup

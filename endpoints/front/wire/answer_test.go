@@ -1,4 +1,4 @@
-package front
+package wire
 
 import (
 	"fmt"
@@ -29,17 +29,17 @@ func TestSnifferCountsWholeCompletions(t *testing.T) {
 		body := completionAnswer(pad)
 		for _, piece := range []int{1, 7, 63, 64, 65, 4096, len(body)} {
 			t.Run(fmt.Sprintf("pad %d, reads of %d", pad, piece), func(t *testing.T) {
-				c := &call{}
-				s := newSniffer(c, io.NopCloser(&pieces{s: body, n: piece}))
+				var c Tally
+				s := Sniff(io.NopCloser(&pieces{s: body, n: piece}), &c)
 				if _, err := io.Copy(io.Discard, onlyReader{s}); err != nil {
 					t.Fatal(err)
 				}
 				s.Close()
-				if !c.counted || c.prompt != 1234 || c.completion != 17 {
-					t.Errorf("counted %v, prompt %d, completion %d; want 1234 and 17", c.counted, c.prompt, c.completion)
+				if !c.Counted || c.Prompt != 1234 || c.Completion != 17 {
+					t.Errorf("counted %v, prompt %d, completion %d; want 1234 and 17", c.Counted, c.Prompt, c.Completion)
 				}
-				if c.finish != finishLength {
-					t.Errorf("finish %q, want %q (stop_type limit)", c.finish, finishLength)
+				if c.Finish != FinishLength {
+					t.Errorf("finish %q, want %q (stop_type limit)", c.Finish, FinishLength)
 				}
 			})
 		}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package front
+package rawconn
 
 import "net"
 
