@@ -7,13 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
 	"slurm-llm/slurm/slurmtest"
 )
@@ -32,19 +32,8 @@ type realLlama struct{ bin, model string }
 // needRealLlama returns the build the environment names, or skips.
 func needRealLlama(t testing.TB) *realLlama {
 	t.Helper()
-	r := &realLlama{bin: os.Getenv("LLAMA_BIN"), model: os.Getenv("LLAMA_MODEL")}
-	if r.model == "" {
-		r.model = os.Getenv("TINY_MODEL")
-	}
-	if r.bin == "" || r.model == "" {
-		t.Skip("the real llama.cpp lane needs LLAMA_BIN and LLAMA_MODEL (or TINY_MODEL): skipped")
-	}
-	for _, p := range []string{filepath.Join(r.bin, "llama-server"), filepath.Join(r.bin, "ggml-rpc-server"), r.model} {
-		if _, err := os.Stat(p); err != nil {
-			t.Skipf("the real llama.cpp lane: %v: skipped", err)
-		}
-	}
-	return r
+	bin, model := faketest.NeedReal(t, "llama-server", "ggml-rpc-server")
+	return &realLlama{bin: bin, model: model}
 }
 
 // apply turns a tier config of the fake (e2eConfig, e2eElasticConfig, as

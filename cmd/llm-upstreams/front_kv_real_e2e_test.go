@@ -16,29 +16,19 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"slurm-llm/cmd/fake-llama/faketest"
 )
 
-// realLlama is a real llama.cpp build and a model (the real lane, README):
-// LLAMA_BIN names the build's bin directory (shared/tools/real-llama),
-// LLAMA_MODEL or TINY_MODEL the model.
+// realLlama is a real llama.cpp build and a model (the real lane, README;
+// faketest.Real).
 type realLlama struct{ bin, model string }
 
 // needRealLlama returns the build the environment names, or skips.
 func needRealLlama(t testing.TB) *realLlama {
 	t.Helper()
-	r := &realLlama{bin: os.Getenv("LLAMA_BIN"), model: os.Getenv("LLAMA_MODEL")}
-	if r.model == "" {
-		r.model = os.Getenv("TINY_MODEL")
-	}
-	if r.bin == "" || r.model == "" {
-		t.Skip("the real llama.cpp lane needs LLAMA_BIN and LLAMA_MODEL (or TINY_MODEL): skipped")
-	}
-	for _, f := range []string{filepath.Join(r.bin, "llama-server"), r.model} {
-		if _, err := os.Stat(f); err != nil {
-			t.Skipf("the real llama.cpp lane: %v: skipped", err)
-		}
-	}
-	return r
+	bin, model := faketest.NeedReal(t, "llama-server")
+	return &realLlama{bin: bin, model: model}
 }
 
 // tier is frontTier's one-node tier with the build's llama-server as its

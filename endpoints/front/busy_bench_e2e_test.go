@@ -39,22 +39,10 @@ type busyHead struct {
 }
 
 // realLlama names the real llama.cpp build and model from the
-// environment; ok false when either is missing.
+// environment (faketest.Real); ok false when either is missing.
 func realLlama() (bin, model string, ok bool) {
-	bin, model = os.Getenv("LLAMA_BIN"), os.Getenv("TINY_MODEL")
-	if model == "" {
-		model = os.Getenv("LLAMA_MODEL")
-	}
-	if bin == "" || model == "" {
-		return "", "", false
-	}
-	if _, err := os.Stat(filepath.Join(bin, "llama-server")); err != nil {
-		return "", "", false
-	}
-	if _, err := os.Stat(model); err != nil {
-		return "", "", false
-	}
-	return bin, model, true
+	bin, model, err := faketest.Real("llama-server")
+	return bin, model, err == nil
 }
 
 // startBusyHead starts a head of np slots serving model "tiny" with

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/front/fronttest"
 	"slurm-llm/endpoints/tiers"
@@ -43,17 +44,8 @@ type realServer struct {
 // with args, and waits until /health answers 200.
 func startRealServer(t testing.TB, alias string, args ...string) *realServer {
 	t.Helper()
-	bin, model := os.Getenv("LLAMA_BIN"), os.Getenv("LLAMA_MODEL")
-	if model == "" {
-		model = os.Getenv("TINY_MODEL")
-	}
-	if bin == "" || model == "" {
-		t.Skip("the real llama.cpp lane needs LLAMA_BIN and LLAMA_MODEL (or TINY_MODEL): skipped")
-	}
+	bin, model := faketest.NeedReal(t, "llama-server")
 	exe := filepath.Join(bin, "llama-server")
-	if _, err := os.Stat(exe); err != nil {
-		t.Skipf("the real llama.cpp lane: %v: skipped", err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
