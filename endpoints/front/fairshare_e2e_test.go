@@ -3,6 +3,7 @@
 package front_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -91,6 +92,14 @@ func TestE2EFrontSshareWeights(t *testing.T) {
 	jobDone := make(chan error, 1)
 	go func() { jobDone <- job.Wait() }()
 	cancelJob := func() {
+		// With the factors apart already (an earlier run's usage), this
+		// comes at once, maybe before srun's job reached slurmctld: a
+		// scancel by name would find nothing and the srun would run on.
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if out, _ := exec.Command("squeue", "-h", "-u", bob, "-n", "sllm-fairshare-e2e", "-o", "%i").Output(); len(bytes.TrimSpace(out)) > 0 {
+				break
+			}
+		}
 		if out, err := exec.Command("scancel", "--user", bob, "--name", "sllm-fairshare-e2e").CombinedOutput(); err != nil {
 			t.Errorf("scancel %s's job: %v %s", bob, err, out)
 		}
