@@ -10,11 +10,11 @@ import (
 // A /completion stream's events carry the id of each token they send
 // (llama-server's "tokens": [id], FACTS.md Q14). A cut answer continued by
 // those ids ([prompt, id, …] as the prompt; Continuation) is the very
-// token sequence the head had, where its text would be tokenized again, differently at the
-// prompt's end and wherever the model wrote pieces that merge: the next
-// head's cache (a restored slot's or its own) then matches up to the last
-// token, not only to the first difference, and a greedy answer goes on
-// byte for byte as if never cut.
+// token sequence the head had. Its text would be tokenized again, and
+// differently: at the prompt's end, and wherever the model wrote pieces
+// that merge. With the ids the next head's cache (a restored slot's or its
+// own) matches up to the last token, not only up to the first difference,
+// and a greedy answer on a restored slot goes on byte for byte.
 
 // rawIDs follows a /completion stream's token ids: those whose text the
 // client has (sent), those the head held back (a stop word being matched:
