@@ -106,6 +106,25 @@ func (r *rig) streamAnswer(path, extra string, messages string) (answer, error) 
 
 const userMsg = `[{"role":"user","content":"count"}]`
 
+// waitFirstToken waits until the one stream's first token reached the
+// client (its time to first token observed as the splicer took it).
+func (r *rig) waitFirstToken() {
+	r.t.Helper()
+	waitFor(r.t, "the first token at the client", func() bool {
+		var m dto.Metric
+		_ = r.s.metrics.ttft.WithLabelValues("fast", "qwen-a").(prometheus.Histogram).Write(&m)
+		return m.GetHistogram().GetSampleCount() == 1
+	})
+}
+
+// draining is the decision on tier fast's job's file saying it drains
+// (preempted) at now.
+func draining(job string, now time.Time) endpoints.Decision {
+	return endpoints.Decision{Why: endpoints.WhyDraining, Entry: endpoints.Entry{File: endpoints.FileName("fast", job),
+		Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: job, State: endpoints.StateDraining, Reason: "preempted",
+			LeaseExpires: now.Add(time.Hour)}}}
+}
+
 // cutOnto sends the request with only a routed, routes b beside it once a
 // has begun, and lets a stream its second token and cut: so the request
 // is a's (least in flight has no say) and its continuation may go to b.
@@ -197,16 +216,10 @@ func TestMovesAStreamOffADrainingHead(t *testing.T) {
 	// token, whenever the update lands (the test waited for a's request
 	// alone, and the drain seen before t0 was taken moved the stream at t0,
 	// or before its role chunk: 1 run in 10 on a busy machine).
-	waitFor(t, "a's first token at the client", func() bool {
-		var m dto.Metric
-		_ = r.s.metrics.ttft.WithLabelValues("fast", "qwen-a").(prometheus.Histogram).Write(&m)
-		return m.GetHistogram().GetSampleCount() == 1
-	})
+	r.waitFirstToken()
 	// a drains (its file says so; b is routed); a's next token comes.
 	now := time.Now()
-	drainingA := endpoints.Decision{Why: endpoints.WhyDraining, Entry: endpoints.Entry{File: endpoints.FileName("fast", "101"),
-		Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: "101", State: endpoints.StateDraining, Reason: "preempted",
-			LeaseExpires: now.Add(time.Hour)}}}
+	drainingA := draining("101", now)
 	rep := tiers.Report{Time: now, Live: map[string][]endpoints.Server{"fast": {{Addr: b.addr(), File: endpoints.FileName("fast", "102")}}},
 		Decisions: []endpoints.Decision{drainingA, {Live: true, Why: endpoints.WhyReady, Entry: endpoints.Entry{File: endpoints.FileName("fast", "102"),
 			Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: "102", State: endpoints.StateReady, Models: []string{"qwen-a"},

@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/kvsave"
@@ -197,17 +195,11 @@ func TestDrainingSaverIsLeftAndRestored(t *testing.T) {
 		got, _ := r.streamAnswer("/v1/chat/completions", "", userMsg)
 		done <- got
 	}()
-	waitFor(t, "a's first token at the client", func() bool {
-		var m dto.Metric
-		_ = r.s.metrics.ttft.WithLabelValues("fast", "qwen-a").(prometheus.Histogram).Write(&m)
-		return m.GetHistogram().GetSampleCount() == 1
-	})
+	r.waitFirstToken()
 	now := time.Now()
 	r.s.Update(tiers.Report{Time: now, Live: map[string][]endpoints.Server{},
-		Decisions: []endpoints.Decision{{Why: endpoints.WhyDraining, Entry: endpoints.Entry{File: endpoints.FileName("fast", "101"),
-			Endpoint: endpoints.Endpoint{Schema: 2, Tier: "fast", JobID: "101", State: endpoints.StateDraining, Reason: "preempted",
-				LeaseExpires: now.Add(time.Hour)}}}},
-		Views: []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}})
+		Decisions: []endpoints.Decision{draining("101", now)},
+		Views:     []tiers.TierView{{Tier: "fast", State: tiers.StateRouted, Reason: tiers.ReasonRouted}}})
 	select { // a's next token: after it the splicer sees a draining
 	case a.gate <- struct{}{}:
 	case <-time.After(10 * time.Second):
