@@ -90,6 +90,8 @@ func (s *Server) newSplicer(c *call, body io.ReadCloser) *splicer {
 		sp.refuse = "it was answered by a backup model"
 	} else if !s.tierCfg(c.tier).Continue {
 		sp.refuse = "continuation is off for tier " + c.tier
+	} else {
+		sp.ans.KeepIDs()
 	}
 	if c.head != nil {
 		sp.heads = append(sp.heads, c.head.addr)

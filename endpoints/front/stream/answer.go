@@ -37,8 +37,10 @@ type Answer struct {
 	spliced     bool
 	beforeSplit int
 	echo        string
-	// ids: a /completion's token ids (rawids.go).
-	ids rawIDs
+	// ids: a /completion's token ids (rawids.go), followed once KeepIDs
+	// said the answer may be continued.
+	ids     rawIDs
+	keepIDs bool
 }
 
 // NewAnswer reads a stream of kind whose tally is t; usageAsked is set
@@ -73,6 +75,10 @@ func (a *Answer) Splice() {
 	a.spliced, a.beforeSplit, a.echo = true, a.sentTokens(), string(a.content)
 	a.ids.switched()
 }
+
+// KeepIDs has a /completion's token ids followed, for its continuation;
+// an answer that will not be continued is spared the work.
+func (a *Answer) KeepIDs() { a.keepIDs = true }
 
 // ContinuedFrom is the text the client had when the current continuation
 // began ("" before any): that head's prompt went on with it.
@@ -279,7 +285,7 @@ func (a *Answer) takeRaw(out *bytes.Buffer, ev, data []byte) {
 		a.tokens++
 		a.seen++
 	}
-	if !stop {
+	if !stop && a.keepIDs {
 		a.ids.note(ids, predicted, content)
 	}
 	if stop {
