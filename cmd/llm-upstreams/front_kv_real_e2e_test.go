@@ -4,10 +4,10 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"slurm-llm/cmd/fake-llama/faketest"
+	"slurm-llm/endpoints/front/fronttest"
 )
 
 // realLlama is a real llama.cpp build and a model (the real lane, README;
@@ -56,55 +57,45 @@ type rawSeen struct {
 // client would, calling progress with the events so far.
 func curlCompletion(ctx context.Context, base string, body []byte, progress func(int)) *rawSeen {
 	s := &rawSeen{}
-	cmd := exec.CommandContext(ctx, "curl", "-sS", "-N", "-H", "Content-Type: application/json", "--data-binary", "@-", base+"/completion")
-	cmd.Stdin = bytes.NewReader(body)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		s.streamErr = err
-		return s
-	}
-	if err := cmd.Start(); err != nil {
-		s.streamErr = err
-		return s
-	}
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	last := time.Now()
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, ":"):
-			if len(s.comments) == 0 {
-				s.cutAt, s.commentAt = s.events, time.Now()
-			}
-			s.comments = append(s.comments, line)
-		case strings.HasPrefix(line, "data: "):
-			var ev map[string]json.RawMessage
-			if err := json.Unmarshal([]byte(line[6:]), &ev); err != nil {
-				s.streamErr = fmt.Errorf("event %q: %w", line, err)
-				continue
-			}
-			if ev["error"] != nil {
-				s.errEvent = string(ev["error"])
-				continue
-			}
-			var content string
-			_ = json.Unmarshal(ev["content"], &content)
-			s.text.WriteString(content)
-			s.events++
-			s.pause, last = max(s.pause, time.Since(last)), time.Now()
-			if string(ev["stop"]) == "true" {
-				s.last = ev
-			}
-			if progress != nil {
-				progress(s.events)
+	err := fronttest.Curl(ctx, base+"/completion", body, func(out io.Reader) error {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		last := time.Now()
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, ":"):
+				if len(s.comments) == 0 {
+					s.cutAt, s.commentAt = s.events, time.Now()
+				}
+				s.comments = append(s.comments, line)
+			case strings.HasPrefix(line, "data: "):
+				var ev map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(line[6:]), &ev); err != nil {
+					s.streamErr = fmt.Errorf("event %q: %w", line, err)
+					continue
+				}
+				if ev["error"] != nil {
+					s.errEvent = string(ev["error"])
+					continue
+				}
+				var content string
+				_ = json.Unmarshal(ev["content"], &content)
+				s.text.WriteString(content)
+				s.events++
+				s.pause, last = max(s.pause, time.Since(last)), time.Now()
+				if string(ev["stop"]) == "true" {
+					s.last = ev
+				}
+				if progress != nil {
+					progress(s.events)
+				}
 			}
 		}
-	}
-	if err := cmd.Wait(); err != nil && s.streamErr == nil {
-		s.streamErr = fmt.Errorf("curl: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return sc.Err()
+	})
+	if err != nil && s.streamErr == nil {
+		s.streamErr = err
 	}
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,23 +126,41 @@ func (n *Node) StreamChat(base, model string, maxTokens int, progress func(int))
 func CurlStream(base, model string, maxTokens int, progress func(int)) Seen {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "curl", "-sS", "-N", "-H", "Content-Type: application/json",
-		"--data-binary", "@-", base+"/v1/chat/completions")
-	cmd.Stdin = strings.NewReader(ChatBody(model, maxTokens))
+	var s Seen
+	err := Curl(ctx, base+"/v1/chat/completions", []byte(ChatBody(model, maxTokens)), func(out io.Reader) error {
+		s = ReadSSE(out, progress)
+		return s.Err
+	})
+	if s.IDs == nil {
+		s.IDs = map[string]bool{}
+	}
+	if err != nil && s.Err == nil {
+		s.Err = err
+	}
+	return s
+}
+
+// Curl posts body (JSON) to url with curl, as a client would (-N: no
+// buffering), and hands its output to read as it comes; the error is
+// read's, or curl's with what it said.
+func Curl(ctx context.Context, url string, body []byte, read func(io.Reader) error) error {
+	cmd := exec.CommandContext(ctx, "curl", "-sS", "-N", "-H", "Content-Type: application/json", "--data-binary", "@-", url)
+	cmd.Stdin = bytes.NewReader(body)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return Seen{IDs: map[string]bool{}, Err: err}
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return Seen{IDs: map[string]bool{}, Err: fmt.Errorf("start curl: %w", err)}
+		return fmt.Errorf("start curl: %w", err)
 	}
-	s := ReadSSE(out, progress)
-	if err := cmd.Wait(); err != nil && s.Err == nil {
-		s.Err = fmt.Errorf("curl: %w: %s", err, strings.TrimSpace(stderr.String()))
+	rerr := read(out)
+	_, _ = io.Copy(io.Discard, out) // what read left, so that curl can end
+	if err := cmd.Wait(); err != nil && rerr == nil {
+		return fmt.Errorf("curl: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	return s
+	return rerr
 }
 
 // Call is what one call through the SDK gave (testdata/openai_calls.mjs):
