@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,15 +209,18 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 					}
 				}
 				label := fmt.Sprintf("%s,np%d,%dtok,%dc", head.kind, np, run.tokens, run.clients)
-				var line []string
-				for _, t := range targets {
-					slices.Sort(res[t].lat)
-					p50 := pct(res[t].lat, .5)
-					add := ms(p50 - pct(res["direct"].lat, .5))
-					b.ReportMetric(ms(p50), "p50-ms("+t+","+label+")")
-					line = append(line, fmt.Sprintf("%s %.2f ms (%+.2f, %d answers, %d not 200)", t, ms(p50), add, len(res[t].lat), res[t].failed))
+				busyLine(b, label, targets, res)
+				// The same, the targets' requests interleaved on the head:
+				// each client sends to every target in turn.
+				inter := map[string]loadResult{}
+				for range 3 {
+					for t, r := range busyInterleaved(urls, targets, body, keysOf, run.clients, round) {
+						prev := inter[t]
+						prev.lat, prev.failed = append(prev.lat, r.lat...), prev.failed+r.failed
+						inter[t] = prev
+					}
 				}
-				b.Logf("%-22s p50: %s", label, strings.Join(line, "; "))
+				busyLine(b, label+",mixed", targets, inter)
 			}
 			if os.Getenv("BENCH_BUSY_TARGETS") == "" {
 				busyFlood(b, head, np, urls, keys, round)
@@ -224,6 +228,83 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 			}
 		}
 	}
+}
+
+// busyLine prints and reports one run's p50 per target and what each
+// adds over the head reached directly.
+func busyLine(b *testing.B, label string, targets []string, res map[string]loadResult) {
+	var line []string
+	for _, t := range targets {
+		slices.Sort(res[t].lat)
+		p50 := pct(res[t].lat, .5)
+		add := ms(p50 - pct(res["direct"].lat, .5))
+		b.ReportMetric(ms(p50), "p50-ms("+t+","+label+")")
+		line = append(line, fmt.Sprintf("%s %.2f ms (%+.2f, %d answers, %d not 200)", t, ms(p50), add, len(res[t].lat), res[t].failed))
+	}
+	b.Logf("%-28s p50: %s", label, strings.Join(line, "; "))
+}
+
+// busyInterleaved runs clients for d that each send body to every target
+// in turn, each target on its own kept-alive connection, starting each
+// turn one target further on (so that no target always follows the same
+// one): every target's latencies and failures, the requests of all of
+// them meeting on the one head.
+func busyInterleaved(urls map[string]string, targets []string, body string, keysOf func(string) []string, clients int, d time.Duration) map[string]loadResult {
+	var mu sync.Mutex
+	res := map[string]loadResult{}
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conns := make([]*http.Client, len(targets))
+			for j := range conns {
+				conns[j] = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
+				defer conns[j].CloseIdleConnections()
+			}
+			mine := make([]loadResult, len(targets))
+			for turn := i; time.Now().Before(end); turn++ {
+				for k := range targets {
+					j := (turn + k) % len(targets)
+					t := targets[j]
+					req, _ := http.NewRequest(http.MethodPost, urls[t]+"/completion", strings.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					if keys := keysOf(t); len(keys) > 0 {
+						req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
+					}
+					start := time.Now()
+					resp, err := conns[j].Do(req)
+					if err == nil {
+						_, err = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							err = fmt.Errorf("status %d", resp.StatusCode)
+						}
+					}
+					if err != nil {
+						if mine[j].failed++; mine[j].first == nil {
+							mine[j].first = err
+						}
+						continue
+					}
+					mine[j].lat = append(mine[j].lat, time.Since(start))
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for j, t := range targets {
+				r := res[t]
+				r.lat, r.failed = append(r.lat, mine[j].lat...), r.failed+mine[j].failed
+				if r.first == nil {
+					r.first = mine[j].first
+				}
+				res[t] = r
+			}
+		}()
+	}
+	wg.Wait()
+	return res
 }
 
 // busyRuns are the runs of BenchmarkE2EFrontBusy (tokens, clients): every
