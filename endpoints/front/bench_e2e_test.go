@@ -167,6 +167,7 @@ type loadResult struct {
 	lat    []time.Duration
 	failed int
 	first  error
+	paired []time.Duration // busyInterleaved's: each turn's latency less direct's in that turn
 }
 
 // load runs clients that post body to url+path for d, back to back, each

@@ -109,6 +109,23 @@ func busyLoad(url, body string, keys []string, clients int, d time.Duration) loa
 	return load(url, "/completion", body, keys, clients, d)
 }
 
+// startBareProxy builds and starts testdata/bareproxy (httputil's
+// ReverseProxy and nothing else, on one OS thread) in front of head: the
+// floor under the front door's figures, Go's net/http without the front
+// door's own work. It returns its base URL.
+func startBareProxy(b *testing.B, w *benchWorld, head string) string {
+	b.Helper()
+	bin := filepath.Join(w.dir, "bareproxy")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/bareproxy").CombinedOutput(); err != nil {
+		b.Fatalf("build bareproxy: %v\n%s", err, out)
+	}
+	port := faketest.FreePort(b)
+	startProc(b, []string{bin, fmt.Sprintf("127.0.0.1:%d", port), head}, io.Discard)
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	waitUp(b, url+"/health")
+	return url
+}
+
 // busyDoors starts nginx (the shipped site, one worker) and two front
 // doors over w's endpoints: "front" (no identity, arrival order) and
 // "front+fs" (static keys, fair share on), each with its metrics
@@ -158,9 +175,13 @@ func busyDoors(b *testing.B, w *benchWorld) (urls map[string]string, keys []stri
 
 // BenchmarkE2EFrontBusy: issue 38's comparison. For each -np (2, and 4
 // on the real head): 1, 16 and 64 clients sending 1-token /completion
-// requests, and 16 clients sending 48-token ones, directly, through nginx
-// and through the front door with fair share off and on, each target
-// alone in turn, in rounds; then a flood (16 clients, 48 tokens) through
+// requests, and 16 clients sending 48-token ones, directly, through nginx,
+// through a bare httputil proxy ("bare": the floor of Go's net/http, see
+// startBareProxy) and through the front door with fair share off and on, each target
+// alone in turn, in rounds, and then all of them at once, every client
+// sending to each target in turn (the rows ending in ",mixed": each
+// target's requests meet the others' in the head's slots and queue, and a
+// drift of the machine hits all alike); then a flood (16 clients, 48 tokens) through
 // nginx and through the front door with fair share; then 16 clients
 // through nginx and 16 through the front door (fair share on) at once on
 // the one head: each one's share of the answers, and the front door's
@@ -183,7 +204,8 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 		head := startBusyHead(b, w, np)
 		urls, keys := busyDoors(b, w)
 		urls["direct"] = fmt.Sprintf("http://127.0.0.1:%d", head.port)
-		targets := []string{"direct", "nginx", "front", "front+fs"}
+		urls["bare"] = startBareProxy(b, w, urls["direct"])
+		targets := []string{"direct", "nginx", "bare", "front", "front+fs"}
 		if v := os.Getenv("BENCH_BUSY_TARGETS"); v != "" { // "front,direct": those alone, no flood or shared head
 			targets = strings.Split(v, ",")
 		}
@@ -217,6 +239,7 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 					for t, r := range busyInterleaved(urls, targets, body, keysOf, run.clients, round) {
 						prev := inter[t]
 						prev.lat, prev.failed = append(prev.lat, r.lat...), prev.failed+r.failed
+						prev.paired = append(prev.paired, r.paired...)
 						inter[t] = prev
 					}
 				}
@@ -239,7 +262,13 @@ func busyLine(b *testing.B, label string, targets []string, res map[string]loadR
 		p50 := pct(res[t].lat, .5)
 		add := ms(p50 - pct(res["direct"].lat, .5))
 		b.ReportMetric(ms(p50), "p50-ms("+t+","+label+")")
-		line = append(line, fmt.Sprintf("%s %.2f ms (%+.2f, %d answers, %d not 200)", t, ms(p50), add, len(res[t].lat), res[t].failed))
+		paired := ""
+		if d := res[t].paired; len(d) > 0 && t != "direct" {
+			slices.Sort(d)
+			paired = fmt.Sprintf(", paired %+.2f", ms(pct(d, .5)))
+			b.ReportMetric(ms(pct(d, .5)), "paired-added-ms("+t+","+label+")")
+		}
+		line = append(line, fmt.Sprintf("%s %.2f ms (%+.2f%s, %d answers, %d not 200)", t, ms(p50), add, paired, len(res[t].lat), res[t].failed))
 	}
 	b.Logf("%-28s p50: %s", label, strings.Join(line, "; "))
 }
@@ -248,7 +277,12 @@ func busyLine(b *testing.B, label string, targets []string, res map[string]loadR
 // in turn, each target on its own kept-alive connection, starting each
 // turn one target further on (so that no target always follows the same
 // one): every target's latencies and failures, the requests of all of
-// them meeting on the one head.
+// them meeting on the one head. With "direct" among the targets, each
+// other target's paired holds, for every turn where both were answered,
+// its latency less direct's in that turn: their median is what the
+// target adds, free of the head's own spread and of the machine's drift
+// (the real tiny model answers one token in about 3.5 or about 6 ms, by
+// turns, so a p50 less a p50 can be off by a millisecond either way).
 func busyInterleaved(urls map[string]string, targets []string, body string, keysOf func(string) []string, clients int, d time.Duration) map[string]loadResult {
 	var mu sync.Mutex
 	res := map[string]loadResult{}
@@ -264,6 +298,7 @@ func busyInterleaved(urls map[string]string, targets []string, body string, keys
 				defer conns[j].CloseIdleConnections()
 			}
 			mine := make([]loadResult, len(targets))
+			got := make([]time.Duration, len(targets)) // this turn's latencies; -1: failed
 			for turn := i; time.Now().Before(end); turn++ {
 				for k := range targets {
 					j := (turn + k) % len(targets)
@@ -286,9 +321,18 @@ func busyInterleaved(urls map[string]string, targets []string, body string, keys
 						if mine[j].failed++; mine[j].first == nil {
 							mine[j].first = err
 						}
+						got[j] = -1
 						continue
 					}
-					mine[j].lat = append(mine[j].lat, time.Since(start))
+					got[j] = time.Since(start)
+					mine[j].lat = append(mine[j].lat, got[j])
+				}
+				if d := slices.Index(targets, "direct"); d >= 0 && got[d] >= 0 {
+					for j := range targets {
+						if j != d && got[j] >= 0 {
+							mine[j].paired = append(mine[j].paired, got[j]-got[d])
+						}
+					}
 				}
 			}
 			mu.Lock()
@@ -296,6 +340,7 @@ func busyInterleaved(urls map[string]string, targets []string, body string, keys
 			for j, t := range targets {
 				r := res[t]
 				r.lat, r.failed = append(r.lat, mine[j].lat...), r.failed+mine[j].failed
+				r.paired = append(r.paired, mine[j].paired...)
 				if r.first == nil {
 					r.first = mine[j].first
 				}
@@ -325,19 +370,24 @@ func busyRuns() []struct{ tokens, clients int } {
 	return out
 }
 
-// busyFlood: 16 clients of 48-token answers for 4 rounds, through nginx
-// and through the front door with fair share: answers each.
+// busyFlood: 16 clients of 48-token answers for 4 rounds (or
+// BENCH_BUSY_FLOOD_ROUNDS), through nginx and through the front door with
+// fair share, in turn: answers each.
 func busyFlood(b *testing.B, head busyHead, np int, urls map[string]string, keys []string, round time.Duration) {
 	body := completionBody(48)
 	got := map[string]int{}
-	for range 4 {
+	rounds := 4
+	if v, err := strconv.Atoi(os.Getenv("BENCH_BUSY_FLOOD_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	for range rounds {
 		got["nginx"] += len(busyLoad(urls["nginx"], body, nil, 16, round).lat)
 		got["front+fs"] += len(busyLoad(urls["front+fs"], body, keys[:1], 16, round).lat)
 	}
 	ratio := float64(got["front+fs"]) / float64(max(got["nginx"], 1))
 	b.ReportMetric(100*ratio, fmt.Sprintf("flood-pct-of-nginx(%s,np%d)", head.kind, np))
-	b.Logf("%s,np%d flood (one user, 16 clients, 48 tokens, 4 x %s): nginx %d answers, front door (fair share) %d: %.1f %%",
-		head.kind, np, round, got["nginx"], got["front+fs"], 100*ratio)
+	b.Logf("%s,np%d flood (one user, 16 clients, 48 tokens, %d x %s): nginx %d answers, front door (fair share) %d: %.1f %%",
+		head.kind, np, rounds, round, got["nginx"], got["front+fs"], 100*ratio)
 }
 
 // busyShared: 16 clients through nginx and 16 through the front door (fair
