@@ -168,6 +168,7 @@ type loadResult struct {
 	failed int
 	first  error
 	paired []time.Duration // busyInterleaved's: each turn's latency less direct's in that turn
+	byEnd  int             // load's: answers that ended before its time was up
 }
 
 // load runs clients that post body to url+path for d, back to back, each
@@ -186,7 +187,7 @@ func load(url, path, body string, keys []string, clients int, d time.Duration) l
 			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
 			defer c.CloseIdleConnections()
 			var mine []time.Duration
-			failed := 0
+			failed, byEnd := 0, 0
 			var first error
 			for time.Now().Before(end) {
 				req, _ := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
@@ -211,10 +212,14 @@ func load(url, path, body string, keys []string, clients int, d time.Duration) l
 					continue
 				}
 				mine = append(mine, time.Since(start))
+				if !time.Now().After(end) {
+					byEnd++
+				}
 			}
 			mu.Lock()
 			res.lat = append(res.lat, mine...)
 			res.failed += failed
+			res.byEnd += byEnd
 			if res.first == nil {
 				res.first = first
 			}

@@ -3,7 +3,11 @@
 package front_test
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +26,8 @@ import (
 	"slurm-llm/cmd/fake-llama/faketest"
 	"slurm-llm/endpoints"
 	"slurm-llm/endpoints/access"
+	"slurm-llm/endpoints/front"
+	"slurm-llm/endpoints/front/headload"
 	"slurm-llm/endpoints/nginx/nginxtest"
 )
 
@@ -158,7 +165,9 @@ func busyDoors(b *testing.B, w *benchWorld) (urls map[string]string, keys []stri
 			waitUp(b, urls["nginx"]+"/health")
 		}
 		// BENCH_BUSY_FRONT: more [front] keys, one per line ("load_refresh = \"1h\""), to compare settings.
-		extra := fmt.Sprintf("default_model = \"tiny\"\nmetrics_listen = \"127.0.0.1:%d\"\n%s\n", faketest.FreePort(b),
+		mport := faketest.FreePort(b)
+		urls[name+"/status"] = fmt.Sprintf("http://127.0.0.1:%d/status", mport)
+		extra := fmt.Sprintf("default_model = \"tiny\"\nmetrics_listen = \"127.0.0.1:%d\"\n%s\n", mport,
 			strings.ReplaceAll(os.Getenv("BENCH_BUSY_FRONT"), ";", "\n"))
 		if name == "front+fs" {
 			extra += fmt.Sprintf("[front.auth]\nmode = \"identify\"\nstatic_keys_file = %q\nslurm_accounts = false\n[front.fair_share]\nenabled = true\n", keysFile)
@@ -189,11 +198,15 @@ func busyDoors(b *testing.B, w *benchWorld) (urls map[string]string, keys []stri
 // hand-over: BENCH_BUSY_RUNS ("1x16"), BENCH_BUSY_TARGETS ("front"),
 // BENCH_BUSY_FRONT ([front] keys, ';' for a newline) and
 // BENCH_BUSY_HEAD_LOG (the real head's log, with its slots' launch and
-// release times, to PATH.npN).
+// release times, to PATH.npN); BENCH_BUSY_NP (one -np); BENCH_BUSY_RUNS=none
+// (the flood and the shared head alone).
 func BenchmarkE2EFrontBusy(b *testing.B) {
 	nps := []int{2}
 	if _, _, ok := realLlama(); ok {
 		nps = []int{2, 4}
+	}
+	if v, err := strconv.Atoi(os.Getenv("BENCH_BUSY_NP")); err == nil && v > 0 { // one -np alone
+		nps = []int{v}
 	}
 	round := 1500 * time.Millisecond
 	if v, err := time.ParseDuration(os.Getenv("BENCH_BUSY_ROUND")); err == nil {
@@ -247,7 +260,9 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 			}
 			if os.Getenv("BENCH_BUSY_TARGETS") == "" {
 				busyFlood(b, head, np, urls, keys, round)
+				busyStatus(b, urls, "after the flood")
 				busyShared(b, head, np, urls, keys, round)
+				busyStatus(b, urls, "after the shared head")
 			}
 		}
 	}
@@ -370,24 +385,167 @@ func busyRuns() []struct{ tokens, clients int } {
 	return out
 }
 
-// busyFlood: 16 clients of 48-token answers for 4 rounds (or
-// BENCH_BUSY_FLOOD_ROUNDS), through nginx and through the front door with
-// fair share, in turn: answers each.
+// busyFlood: one user's flood, 16 clients streaming 48-token answers
+// back to back, through nginx and through the front door with fair share,
+// in turn, 8 rounds (or BENCH_BUSY_FLOOD_ROUNDS) of 2 × round each: the
+// tokens each got within its rounds' time. Tokens, not answers: at about
+// one answer a second per client, a round's count of whole answers is off
+// by up to one per client at either end, as much as the difference to be
+// seen; and turns of a few seconds, so that the real head's drift hits
+// both alike.
 func busyFlood(b *testing.B, head busyHead, np int, urls map[string]string, keys []string, round time.Duration) {
-	body := completionBody(48)
-	got := map[string]int{}
-	rounds := 4
+	body := strings.Replace(completionBody(48), `"prompt"`, `"stream":true,"prompt"`, 1)
+	got := map[string]int64{}
+	rounds := 8
 	if v, err := strconv.Atoi(os.Getenv("BENCH_BUSY_FLOOD_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
 	for range rounds {
-		got["nginx"] += len(busyLoad(urls["nginx"], body, nil, 16, round).lat)
-		got["front+fs"] += len(busyLoad(urls["front+fs"], body, keys[:1], 16, round).lat)
+		for _, t := range []string{"nginx", "front+fs"} {
+			var k []string
+			if t == "front+fs" {
+				k = keys[:1]
+			}
+			headIdle(b, head)
+			stop := busyTrace(b, head, urls, "flood "+t)
+			got[t] += floodTokens(urls[t], body, k, 16, 2*round)
+			stop()
+		}
 	}
 	ratio := float64(got["front+fs"]) / float64(max(got["nginx"], 1))
 	b.ReportMetric(100*ratio, fmt.Sprintf("flood-pct-of-nginx(%s,np%d)", head.kind, np))
-	b.Logf("%s,np%d flood (one user, 16 clients, 48 tokens, %d x %s): nginx %d answers, front door (fair share) %d: %.1f %%",
-		head.kind, np, rounds, round, got["nginx"], got["front+fs"], 100*ratio)
+	b.Logf("%s,np%d flood (one user, 16 clients streaming 48 tokens, %d x %s each): tokens within the time: nginx %d, front door (fair share) %d: %.1f %%",
+		head.kind, np, rounds, 2*round, got["nginx"], got["front+fs"], 100*ratio)
+}
+
+// busyTrace, with BENCH_BUSY_TRACE set, logs every 250 ms until the
+// returned stop is called what the head has (its /metrics) and what the
+// front door with fair share counts there and holds.
+func busyTrace(b *testing.B, head busyHead, urls map[string]string, what string) (stop func()) {
+	if os.Getenv("BENCH_BUSY_TRACE") == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		client := &http.Client{}
+		defer client.CloseIdleConnections()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			var l headload.Load
+			var err error
+			if os.Getenv("BENCH_BUSY_TRACE") != "front" {
+				l, err = headload.Read(context.Background(), client, fmt.Sprintf("127.0.0.1:%d", head.port), 5*time.Second)
+			}
+			var st front.Status
+			if os.Getenv("BENCH_BUSY_TRACE") == "head" {
+				b.Logf("trace %s: head %+v %v", what, l, err)
+			} else if resp, err := client.Get(urls["front+fs/status"]); err == nil {
+				json.NewDecoder(resp.Body).Decode(&st)
+				resp.Body.Close()
+			}
+			for _, t := range st.Tiers {
+				if t.Tier == "fast" && len(t.Heads) > 0 {
+					b.Logf("trace %s: head %+v %v; front+fs: in flight %d, others %d, held %d, failing %v", what, l, err, t.Heads[0].InFlight, t.Heads[0].Others, t.Held, t.Heads[0].Failing)
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// headIdle waits, within a minute, until the head has nothing in its
+// slots or its queue (its /metrics): the streams a turn cut end there
+// before the next turn begins, or they would be the next turn's loss.
+func headIdle(b *testing.B, head busyHead) {
+	b.Helper()
+	client := &http.Client{}
+	defer client.CloseIdleConnections()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, err := headload.Read(context.Background(), client, fmt.Sprintf("127.0.0.1:%d", head.port), 5*time.Second)
+		if err == nil && l.Total() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the head is not idle a minute after the load: %+v, %v", l, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// floodTokens runs clients that stream body's /completion from url back
+// to back for d (client i with keys[i%len(keys)], when given), each on
+// its kept-alive connection, and returns the token events they got before
+// d was up; the streams still running then are cut.
+func floodTokens(url, body string, keys []string, clients int, d time.Duration) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var tokens atomic.Int64
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
+			defer c.CloseIdleConnections()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/completion", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				if len(keys) > 0 {
+					req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					continue
+				}
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					if line := sc.Bytes(); bytes.HasPrefix(line, []byte("data: ")) && bytes.Contains(line, []byte(`"stop":false`)) && ctx.Err() == nil {
+						tokens.Add(1)
+					}
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return tokens.Load()
+}
+
+// busyStatus logs what each front door's /status says of tier fast's
+// head (its requests in flight there, the others it counted, the requests
+// held) after a load: nothing in flight, nothing held once every client
+// has its answer.
+func busyStatus(b *testing.B, urls map[string]string, when string) {
+	for _, name := range []string{"front", "front+fs"} {
+		resp, err := http.Get(urls[name+"/status"])
+		if err != nil {
+			b.Logf("%s /status: %v", name, err)
+			continue
+		}
+		var st front.Status
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			b.Logf("%s /status: %v", name, err)
+			continue
+		}
+		for _, t := range st.Tiers {
+			if t.Tier != "fast" {
+				continue
+			}
+			for _, h := range t.Heads {
+				b.Logf("%s %s: head %s in flight %d, others %d, held %d", name, when, h.Addr, h.InFlight, h.Others, t.Held)
+			}
+		}
+	}
 }
 
 // busyShared: 16 clients through nginx and 16 through the front door (fair
@@ -398,6 +556,8 @@ func busyShared(b *testing.B, head busyHead, np int, urls map[string]string, key
 	var viaNginx, viaFront loadResult
 	var wg sync.WaitGroup
 	wg.Add(2)
+	headIdle(b, head)
+	defer busyTrace(b, head, urls, "shared")()
 	go func() { defer wg.Done(); viaNginx = busyLoad(urls["nginx"], body, nil, 16, 4*round) }()
 	go func() { defer wg.Done(); viaFront = busyLoad(urls["front+fs"], body, keys, 16, 4*round) }()
 	wg.Wait()

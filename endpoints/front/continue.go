@@ -332,6 +332,7 @@ func headerForHead(in http.Header) http.Header {
 	if out.Get("Content-Type") == "" {
 		out.Set("Content-Type", "application/json")
 	}
+	replayable(out)
 	return out
 }
 

@@ -141,6 +141,7 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 			// The body was read whole already: a head's 100 Continue would
 			// only stand between the client and the head's real answer.
 			pr.Out.Header.Del("Expect")
+			replayable(pr.Out.Header)
 			pr.SetXForwarded()
 			c.reused = false
 			trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { c.reused = i.Reused }}
@@ -183,6 +184,24 @@ func (s *Server) newProxy() *httputil.ReverseProxy {
 		ErrorHandler: func(_ http.ResponseWriter, r *http.Request, err error) {
 			callOf(r.Context()).failure = err
 		},
+	}
+}
+
+// replayable lets the transport send a request again on another
+// connection when the kept-alive one it took dies before any answer (the
+// head closed it as it was taken). Go's transport does that only for a
+// request it may send twice: an idempotent method, or one marked with an
+// Idempotency-Key, which with a nil value is not sent. A /completion the
+// head answered nothing to may go again; once an answer began, nothing is
+// sent twice (the transport retries before a response only). Without
+// it, after a flood issue 38's benchmark took two such connections in a
+// row: the second failure blamed the head, and every request of the tier
+// waited fail_timeout for a head that was serving.
+func replayable(h http.Header) {
+	_, key := h["Idempotency-Key"]
+	_, xkey := h["X-Idempotency-Key"]
+	if !key && !xkey {
+		h["Idempotency-Key"] = nil
 	}
 }
 
