@@ -199,7 +199,9 @@ func busyDoors(b *testing.B, w *benchWorld) (urls map[string]string, keys []stri
 // BENCH_BUSY_FRONT ([front] keys, ';' for a newline) and
 // BENCH_BUSY_HEAD_LOG (the real head's log, with its slots' launch and
 // release times, to PATH.npN); BENCH_BUSY_NP (one -np); BENCH_BUSY_RUNS=none
-// (the flood and the shared head alone).
+// (the flood and the shared head alone); BENCH_BUSY_TRACE (every 250 ms,
+// the head's /metrics and what the front door with fair share counts
+// there; "front": the front door's alone, "head": the head's alone).
 func BenchmarkE2EFrontBusy(b *testing.B) {
 	nps := []int{2}
 	if _, _, ok := realLlama(); ok {

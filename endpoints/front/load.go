@@ -22,13 +22,24 @@ import (
 // beyond the front door's own requests (ours: h's in-flight count when the
 // answer came; a request of the front door on its way there or back is not
 // on the head, so others is at worst counted short).
-func (p *poller) pollLoad(ctx context.Context, h *head) error {
-	l, err := headload.Read(ctx, p.client, h.addr, p.timeout)
+func (p *poller) pollLoad(ctx context.Context, h *head, refresh time.Duration) error {
+	l, err := headload.Read(ctx, p.client, h.addr, loadTimeout(p.timeout, refresh))
 	if err != nil {
 		return err
 	}
 	h.others.Store(max(0, l.Total()-h.inFlight.Load()))
 	return nil
+}
+
+// loadTimeout bounds one load poll: five load_refresh rounds, at least
+// 500 ms, at most the heads' other polls' bound. A poll that has no answer
+// by then tells nothing a round later would not, and while one waits no
+// other round runs: the real llama-server, busy, sometimes left /metrics
+// unanswered on a connection for the whole of the 2 s bound, twice in a
+// row (issue 38), and the front door's count of the head's others stood
+// still meanwhile, its clients held behind nginx's.
+func loadTimeout(bound, refresh time.Duration) time.Duration {
+	return min(bound, max(5*refresh, 500*time.Millisecond))
 }
 
 // loadPolled reports whether h is asked what it has at this round: it
@@ -56,7 +67,7 @@ func (s *Server) pollLoads(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := s.poller.pollLoad(ctx, h); err != nil {
+			if err := s.poller.pollLoad(ctx, h, s.cfg.Load().LoadRefresh); err != nil {
 				s.log.Debug("cannot read a head's load", "tier", h.tier, "head", h.addr, "error", err)
 			}
 		}()

@@ -66,7 +66,7 @@ func TestLoadFromSlotsWithoutMetrics(t *testing.T) {
 	h := r.s.tab.Load().heads["fast"][0]
 	h.inFlight.Add(2) // as if two of the front door's were there
 	defer h.inFlight.Add(-2)
-	if err := r.s.poller.pollLoad(t.Context(), h); err != nil {
+	if err := r.s.poller.pollLoad(t.Context(), h, 100*1e6); err != nil {
 		t.Fatal(err)
 	}
 	// newSlotHead's /slots says every slot idle: the front door's own are
