@@ -3,6 +3,7 @@ package front
 import (
 	"net/http"
 	"testing"
+	"time"
 )
 
 // TestOthersOnTheHeadLetMoreIn: the front door counted only the requests
@@ -66,7 +67,7 @@ func TestLoadFromSlotsWithoutMetrics(t *testing.T) {
 	h := r.s.tab.Load().heads["fast"][0]
 	h.inFlight.Add(2) // as if two of the front door's were there
 	defer h.inFlight.Add(-2)
-	if err := r.s.poller.pollLoad(t.Context(), h, 100*1e6); err != nil {
+	if err := r.s.poller.pollLoad(t.Context(), h, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	// newSlotHead's /slots says every slot idle: the front door's own are
@@ -76,5 +77,20 @@ func TestLoadFromSlotsWithoutMetrics(t *testing.T) {
 	}
 	if !loadPolled(h) {
 		t.Errorf("a head whose slots the front door fills is not polled")
+	}
+}
+
+// TestLoadTimeout: a load poll waits five load_refresh rounds, never less
+// than 500 ms, never more than the heads' other polls' bound.
+func TestLoadTimeout(t *testing.T) {
+	for _, tc := range []struct{ bound, refresh, want time.Duration }{
+		{2 * time.Second, 100 * time.Millisecond, 500 * time.Millisecond}, // the default: the floor
+		{2 * time.Second, 200 * time.Millisecond, time.Second},
+		{2 * time.Second, time.Second, 2 * time.Second},                          // the bound
+		{300 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond}, // a short models_refresh bounds it too
+	} {
+		if got := loadTimeout(tc.bound, tc.refresh); got != tc.want {
+			t.Errorf("loadTimeout(%v, %v) = %v, want %v", tc.bound, tc.refresh, got, tc.want)
+		}
 	}
 }
