@@ -168,7 +168,45 @@ type loadResult struct {
 	failed int
 	first  error
 	paired []time.Duration // busyInterleaved's: each turn's latency less direct's in that turn
-	byEnd  int             // load's: answers that ended before its time was up
+}
+
+// add takes o's latencies, failures and pairs into r (r's first failure
+// stays the first).
+func (r *loadResult) add(o loadResult) {
+	r.lat, r.paired, r.failed = append(r.lat, o.lat...), append(r.paired, o.paired...), r.failed+o.failed
+	if r.first == nil {
+		r.first = o.first
+	}
+}
+
+// postOnce posts body to url on c as JSON (with key as its bearer token,
+// when given) and reads the whole answer: its latency, or why it failed
+// (an error, or a status other than 200).
+func postOnce(c *http.Client, url, body, key string) (time.Duration, error) {
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return time.Since(start), err
+}
+
+// keyOf is client i's bearer token from keys ("" when none are given).
+func keyOf(keys []string, i int) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[i%len(keys)]
 }
 
 // load runs clients that post body to url+path for d, back to back, each
@@ -186,43 +224,20 @@ func load(url, path, body string, keys []string, clients int, d time.Duration) l
 			defer wg.Done()
 			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
 			defer c.CloseIdleConnections()
-			var mine []time.Duration
-			failed, byEnd := 0, 0
-			var first error
+			var mine loadResult
 			for time.Now().Before(end) {
-				req, _ := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				if len(keys) > 0 {
-					req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
-				}
-				start := time.Now()
-				resp, err := c.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("status %d", resp.StatusCode)
-					}
-				}
+				took, err := postOnce(c, url+path, body, keyOf(keys, i))
 				if err != nil {
-					if failed++; first == nil {
-						first = err
+					if mine.failed++; mine.first == nil {
+						mine.first = err
 					}
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
-				mine = append(mine, time.Since(start))
-				if !time.Now().After(end) {
-					byEnd++
-				}
+				mine.lat = append(mine.lat, took)
 			}
 			mu.Lock()
-			res.lat = append(res.lat, mine...)
-			res.failed += failed
-			res.byEnd += byEnd
-			if res.first == nil {
-				res.first = first
-			}
+			res.add(mine)
 			mu.Unlock()
 		}()
 	}

@@ -239,9 +239,8 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 				}
 				for range 3 {
 					for _, t := range targets {
-						r := busyLoad(urls[t], body, keysOf(t), run.clients, round)
 						prev := res[t]
-						prev.lat, prev.failed = append(prev.lat, r.lat...), prev.failed+r.failed
+						prev.add(busyLoad(urls[t], body, keysOf(t), run.clients, round))
 						res[t] = prev
 					}
 				}
@@ -253,8 +252,7 @@ func BenchmarkE2EFrontBusy(b *testing.B) {
 				for range 3 {
 					for t, r := range busyInterleaved(urls, targets, body, keysOf, run.clients, round) {
 						prev := inter[t]
-						prev.lat, prev.failed = append(prev.lat, r.lat...), prev.failed+r.failed
-						prev.paired = append(prev.paired, r.paired...)
+						prev.add(r)
 						inter[t] = prev
 					}
 				}
@@ -320,20 +318,7 @@ func busyInterleaved(urls map[string]string, targets []string, body string, keys
 				for k := range targets {
 					j := (turn + k) % len(targets)
 					t := targets[j]
-					req, _ := http.NewRequest(http.MethodPost, urls[t]+"/completion", strings.NewReader(body))
-					req.Header.Set("Content-Type", "application/json")
-					if keys := keysOf(t); len(keys) > 0 {
-						req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
-					}
-					start := time.Now()
-					resp, err := conns[j].Do(req)
-					if err == nil {
-						_, err = io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						if resp.StatusCode != http.StatusOK {
-							err = fmt.Errorf("status %d", resp.StatusCode)
-						}
-					}
+					took, err := postOnce(conns[j], urls[t]+"/completion", body, keyOf(keysOf(t), i))
 					if err != nil {
 						if mine[j].failed++; mine[j].first == nil {
 							mine[j].first = err
@@ -341,8 +326,8 @@ func busyInterleaved(urls map[string]string, targets []string, body string, keys
 						got[j] = -1
 						continue
 					}
-					got[j] = time.Since(start)
-					mine[j].lat = append(mine[j].lat, got[j])
+					got[j] = took
+					mine[j].lat = append(mine[j].lat, took)
 				}
 				if d := slices.Index(targets, "direct"); d >= 0 && got[d] >= 0 {
 					for j := range targets {
@@ -356,11 +341,7 @@ func busyInterleaved(urls map[string]string, targets []string, body string, keys
 			defer mu.Unlock()
 			for j, t := range targets {
 				r := res[t]
-				r.lat, r.failed = append(r.lat, mine[j].lat...), r.failed+mine[j].failed
-				r.paired = append(r.paired, mine[j].paired...)
-				if r.first == nil {
-					r.first = mine[j].first
-				}
+				r.add(mine[j])
 				res[t] = r
 			}
 		}()
@@ -422,9 +403,11 @@ func busyFlood(b *testing.B, head busyHead, np int, urls map[string]string, keys
 
 // busyTrace, with BENCH_BUSY_TRACE set, logs every 250 ms until the
 // returned stop is called what the head has (its /metrics) and what the
-// front door with fair share counts there and holds.
+// front door with fair share counts there and holds ("head" or "front":
+// that one alone).
 func busyTrace(b *testing.B, head busyHead, urls map[string]string, what string) (stop func()) {
-	if os.Getenv("BENCH_BUSY_TRACE") == "" {
+	mode := os.Getenv("BENCH_BUSY_TRACE")
+	if mode == "" {
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -437,26 +420,55 @@ func busyTrace(b *testing.B, head busyHead, urls map[string]string, what string)
 				return
 			case <-time.After(250 * time.Millisecond):
 			}
-			var l headload.Load
-			var err error
-			if os.Getenv("BENCH_BUSY_TRACE") != "front" {
-				l, err = headload.Read(context.Background(), client, fmt.Sprintf("127.0.0.1:%d", head.port), 5*time.Second)
+			line := "trace " + what + ":"
+			if mode != "front" {
+				l, err := head.load(client)
+				line += fmt.Sprintf(" head %+v %v;", l, err)
 			}
-			var st front.Status
-			if os.Getenv("BENCH_BUSY_TRACE") == "head" {
-				b.Logf("trace %s: head %+v %v", what, l, err)
-			} else if resp, err := client.Get(urls["front+fs/status"]); err == nil {
-				json.NewDecoder(resp.Body).Decode(&st)
-				resp.Body.Close()
-			}
-			for _, t := range st.Tiers {
-				if t.Tier == "fast" && len(t.Heads) > 0 {
-					b.Logf("trace %s: head %+v %v; front+fs: in flight %d, others %d, held %d, failing %v", what, l, err, t.Heads[0].InFlight, t.Heads[0].Others, t.Held, t.Heads[0].Failing)
+			if mode != "head" {
+				if st, err := frontStatus(client, urls["front+fs/status"]); err != nil {
+					line += fmt.Sprintf(" front+fs /status: %v", err)
+				} else {
+					line += " front+fs: " + headsLine(st)
 				}
 			}
+			b.Log(line)
 		}
 	}()
 	return func() { close(done) }
+}
+
+// load is what the head says it has now (its /metrics).
+func (h busyHead) load(client *http.Client) (headload.Load, error) {
+	return headload.Read(context.Background(), client, fmt.Sprintf("127.0.0.1:%d", h.port), 5*time.Second)
+}
+
+// frontStatus reads a front door's /status at url.
+func frontStatus(client *http.Client, url string) (front.Status, error) {
+	var st front.Status
+	resp, err := client.Get(url)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return st, err
+}
+
+// headsLine is what st says of tier fast's heads: each one's requests in
+// flight there, the others it counted, whether it is failing, and the
+// requests held.
+func headsLine(st front.Status) string {
+	var out []string
+	for _, t := range st.Tiers {
+		if t.Tier != "fast" {
+			continue
+		}
+		for _, h := range t.Heads {
+			out = append(out, fmt.Sprintf("head %s in flight %d, others %d, failing %v, held %d", h.Addr, h.InFlight, h.Others, h.Failing, t.Held))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // headIdle waits, within a minute, until the head has nothing in its
@@ -468,7 +480,7 @@ func headIdle(b *testing.B, head busyHead) {
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		l, err := headload.Read(context.Background(), client, fmt.Sprintf("127.0.0.1:%d", head.port), 5*time.Second)
+		l, err := head.load(client)
 		if err == nil && l.Total() == 0 {
 			return
 		}
@@ -497,8 +509,8 @@ func floodTokens(url, body string, keys []string, clients int, d time.Duration) 
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/completion", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
-				if len(keys) > 0 {
-					req.Header.Set("Authorization", "Bearer "+keys[i%len(keys)])
+				if key := keyOf(keys, i); key != "" {
+					req.Header.Set("Authorization", "Bearer "+key)
 				}
 				resp, err := c.Do(req)
 				if err != nil {
@@ -522,31 +534,16 @@ func floodTokens(url, body string, keys []string, clients int, d time.Duration) 
 }
 
 // busyStatus logs what each front door's /status says of tier fast's
-// head (its requests in flight there, the others it counted, the requests
-// held) after a load: nothing in flight, nothing held once every client
+// heads after a load: nothing in flight, nothing held once every client
 // has its answer.
 func busyStatus(b *testing.B, urls map[string]string, when string) {
 	for _, name := range []string{"front", "front+fs"} {
-		resp, err := http.Get(urls[name+"/status"])
+		st, err := frontStatus(http.DefaultClient, urls[name+"/status"])
 		if err != nil {
 			b.Logf("%s /status: %v", name, err)
 			continue
 		}
-		var st front.Status
-		err = json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
-		if err != nil {
-			b.Logf("%s /status: %v", name, err)
-			continue
-		}
-		for _, t := range st.Tiers {
-			if t.Tier != "fast" {
-				continue
-			}
-			for _, h := range t.Heads {
-				b.Logf("%s %s: head %s in flight %d, others %d, held %d", name, when, h.Addr, h.InFlight, h.Others, t.Held)
-			}
-		}
+		b.Logf("%s %s: %s", name, when, headsLine(st))
 	}
 }
 
@@ -556,10 +553,10 @@ func busyStatus(b *testing.B, urls map[string]string, when string) {
 func busyShared(b *testing.B, head busyHead, np int, urls map[string]string, keys []string, round time.Duration) {
 	body := completionBody(1)
 	var viaNginx, viaFront loadResult
-	var wg sync.WaitGroup
-	wg.Add(2)
 	headIdle(b, head)
 	defer busyTrace(b, head, urls, "shared")()
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() { defer wg.Done(); viaNginx = busyLoad(urls["nginx"], body, nil, 16, 4*round) }()
 	go func() { defer wg.Done(); viaFront = busyLoad(urls["front+fs"], body, keys, 16, 4*round) }()
 	wg.Wait()
